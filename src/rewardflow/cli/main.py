@@ -1,0 +1,52 @@
+"""The ``rewardflow`` console script: one Typer app, one module per command group.
+
+Every command has ``--help``. Errors that a user can fix are printed as one
+clear line on stderr with exit code 2; tracebacks are reserved for bugs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from rewardflow.settings import SettingsError
+
+app = typer.Typer(
+    name="rewardflow",
+    help="Self-hosted feedback and reward platform for real-time RL of coding agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# (module under rewardflow.cli, how it is mounted). Groups are Typer sub-apps
+# exposed as ``app``; single commands expose a function named ``command``.
+_GROUPS = {
+    "kafka": "Run a real local Apache Kafka broker (dev and tests).",
+    "db": "ClickHouse schema: migrate and inspect.",
+    "rewards": "Reward specs: list, check and replay.",
+}
+_COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench"]
+
+
+def _mount() -> None:
+    for name, help_text in _GROUPS.items():
+        mod = importlib.import_module(f"rewardflow.cli.{name}")
+        app.add_typer(mod.app, name=name, help=help_text)
+    for name in _COMMANDS:
+        mod = importlib.import_module(f"rewardflow.cli.{name}")
+        app.command(name=name)(mod.command)
+
+
+_mount()
+
+
+def main() -> None:
+    """Entry point: run the app and turn configuration errors into one line."""
+    try:
+        app()
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,65 @@
+"""Validation of decoded event dicts against the contract.
+
+Contract: pure, no I/O. :func:`validate_event` returns a frozen model or raises
+:class:`InvalidEvent` naming the first offending field (``producer.name``,
+``lines_added`` …) and the reason. :func:`split_valid` never raises for a bad
+event: it returns it with its index in the batch so it alone is dead-lettered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from rewardflow.events.errors import InvalidEvent
+from rewardflow.events.models import EVENT_ADAPTER, EVENT_MODELS, Envelope, Event
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An event that failed validation, with its position in the record."""
+
+    index: int
+    raw: Any
+    error: InvalidEvent
+
+
+def _field_of(err: dict[str, Any]) -> str:
+    loc = [str(p) for p in err.get("loc", ())]
+    if loc and loc[0] in EVENT_MODELS:  # discriminated-union tag
+        loc = loc[1:]
+    return ".".join(loc) or "event_type"
+
+
+def validate_event(raw: Any, index: int | None = None) -> Event:
+    """Validate one decoded event dict. Raises ``InvalidEvent``."""
+    if not isinstance(raw, dict):
+        raise InvalidEvent("<event>", f"expected an object, got {type(raw).__name__}", index=index)
+    etype = raw.get("event_type")
+    if etype not in EVENT_MODELS:
+        raise InvalidEvent("event_type", f"unknown event type {str(etype)[:64]!r}; expected one of {sorted(EVENT_MODELS)}", index=index)
+    try:
+        return EVENT_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise InvalidEvent(_field_of(dict(err)), str(err["msg"])[:200], index=index) from None
+
+
+def split_valid(raws: Iterable[Any]) -> tuple[list[Event], list[Rejected]]:
+    """Validate a record's events; keep order of the valid ones."""
+    ok: list[Event] = []
+    bad: list[Rejected] = []
+    for i, raw in enumerate(raws):
+        try:
+            ok.append(validate_event(raw, i))
+        except InvalidEvent as exc:
+            bad.append(Rejected(i, raw, exc))
+    return ok, bad
+
+
+def to_dict(event: Envelope) -> dict[str, Any]:
+    """Plain dict of an event, as the wire encoders and the events table expect."""
+    return event.model_dump()

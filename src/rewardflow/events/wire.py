@@ -1,0 +1,153 @@
+"""The two wire formats of a Kafka record, decoded by one function.
+
+* ``avro``: Confluent framing — magic byte ``0``, a 4-byte big-endian schema
+  id from the local catalogue, then Avro binary of one event or of an
+  ``EventBatch`` (several events of one session).
+* ``json``: UTF-8 JSON via orjson — one event object, or ``{"events": [...]}``.
+
+The ``rf-format`` record header names the format. Without it the first byte
+decides (``0`` → avro, ``{`` → json).
+
+Contract: :func:`decode_record` is pure; it returns plain event dicts (not yet
+validated) or raises :class:`~rewardflow.events.errors.DecodeError` with a
+stable ``code``. Encoders raise ``ValueError`` for data that does not fit the
+schema; they never truncate.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from fastavro import schemaless_reader, schemaless_writer
+
+from rewardflow.events.catalogue import BATCH, NAMESPACE, Catalogue, default_catalogue
+from rewardflow.events.errors import DecodeError
+
+FORMAT_HEADER = "rf-format"
+AVRO = "avro"
+JSON = "json"
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+DEFAULT_MAX_BATCH_EVENTS = 500
+_FRAME = struct.Struct(">bI")
+
+
+def _header(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes] | None) -> str | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    for key, value in items:
+        if key == FORMAT_HEADER and value is not None:
+            return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    return None
+
+
+def decode_record(
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+    catalogue: Catalogue | None = None,
+) -> list[dict[str, Any]]:
+    """Decode one record value into its event dicts, in order.
+
+    Raises ``DecodeError`` when the record as a whole cannot be read; a batch
+    longer than ``max_batch_events`` is ``batch_too_large``.
+    """
+    if value is None or len(value) == 0:
+        raise DecodeError("empty record value", code="not_an_event")
+    if len(value) > max_bytes:
+        raise DecodeError(f"record of {len(value)} bytes exceeds the {max_bytes}-byte limit", code="too_large")
+    fmt = _header(headers)
+    if fmt is None:
+        fmt = AVRO if value[0] == 0 else JSON if value[:1] in (b"{", b"[") else None
+    if fmt == AVRO:
+        events = _decode_avro(value, catalogue or default_catalogue())
+    elif fmt == JSON:
+        events = _decode_json(value)
+    else:
+        raise DecodeError(f"unknown wire format {fmt!r} (header {FORMAT_HEADER} must be avro or json)", code="unknown_format")
+    if len(events) > max_batch_events:
+        raise DecodeError(f"batch of {len(events)} events exceeds the limit of {max_batch_events}", code="batch_too_large")
+    return events
+
+
+def _decode_avro(value: bytes, cat: Catalogue) -> list[dict[str, Any]]:
+    if len(value) < 5:
+        raise DecodeError(f"avro frame of {len(value)} bytes is shorter than its 5-byte header", code="truncated_avro")
+    magic, sid = _FRAME.unpack_from(value)
+    if magic != 0:
+        raise DecodeError(f"avro magic byte is {magic}, expected 0", code="bad_magic")
+    entry = cat.by_id.get(sid)
+    if entry is None:
+        raise DecodeError(f"schema id {sid} is not in the local catalogue", code="unknown_schema_id")
+    reader = cat.current[entry.name].parsed
+    buf = io.BytesIO(value)
+    buf.seek(5)
+    try:
+        obj = schemaless_reader(buf, entry.parsed, reader if reader is not entry.parsed else None, return_record_name=True)
+    except (EOFError, StopIteration) as exc:
+        raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
+    except Exception as exc:  # fastavro raises assorted errors on garbage
+        raise DecodeError(f"avro body unreadable: {exc.__class__.__name__}: {exc}"[:300], code="bad_avro") from None
+    if buf.tell() != len(value):
+        raise DecodeError(f"{len(value) - buf.tell()} trailing bytes after the avro body", code="bad_avro")
+    if entry.name == BATCH:
+        assert isinstance(obj, dict)
+        out = []
+        for item in obj["events"]:
+            name, record = item if isinstance(item, tuple) else (None, item)
+            if name is not None and record.get("event_type") != name.rsplit(".", 1)[-1]:
+                record = {**record, "event_type": name.rsplit(".", 1)[-1] + "!" + str(record.get("event_type"))}
+            out.append(record)
+        return out
+    assert isinstance(obj, dict)
+    if obj.get("event_type") != entry.name:
+        obj["event_type"] = f"{entry.name}!{obj.get('event_type')}"
+    return [obj]
+
+
+def _decode_json(value: bytes) -> list[dict[str, Any]]:
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc}"[:300], code="bad_json") from None
+    if isinstance(obj, dict) and "events" in obj and "event_type" not in obj:
+        obj = obj["events"]
+    if isinstance(obj, dict):
+        return [obj]
+    if isinstance(obj, list) and all(isinstance(e, dict) for e in obj):
+        return obj
+    raise DecodeError("JSON must be an event object, a list of events or {\"events\": [...]}", code="not_an_event")
+
+
+def encode_avro(events: Sequence[Mapping[str, Any]], *, batch_id: str | None = None, catalogue: Catalogue | None = None) -> bytes:
+    """Frame one event (``len(events) == 1`` and no ``batch_id``) or a session batch as Avro."""
+    cat = catalogue or default_catalogue()
+    buf = io.BytesIO()
+    if len(events) == 1 and batch_id is None:
+        event = events[0]
+        entry = cat.writer(str(event["event_type"]))
+        buf.write(_FRAME.pack(0, entry.schema_id))
+        schemaless_writer(buf, entry.parsed, event)
+    else:
+        entry = cat.writer(BATCH)
+        buf.write(_FRAME.pack(0, entry.schema_id))
+        record = {
+            "batch_id": batch_id or str(events[0]["event_id"]),
+            "session_id": str(events[0]["session_id"]),
+            "events": [(f"{NAMESPACE}.{e['event_type']}", e) for e in events],
+        }
+        schemaless_writer(buf, entry.parsed, record)
+    return buf.getvalue()
+
+
+def encode_json(events: Sequence[Mapping[str, Any]]) -> bytes:
+    """One event as an object, several as ``{"events": [...]}``."""
+    if len(events) == 1:
+        return orjson.dumps(events[0])
+    return orjson.dumps({"events": list(events)})

@@ -1,0 +1,180 @@
+"""Runtime configuration: one pydantic-settings class, ``REWARDFLOW_`` env prefix.
+
+Sources, highest priority first: constructor arguments, environment variables
+(``REWARDFLOW_KAFKA_BOOTSTRAP`` …), an optional TOML file named by
+``REWARDFLOW_CONFIG_FILE``, then the defaults below.
+
+Contract: :func:`load_settings` either returns a coherent :class:`Settings` or
+raises :class:`SettingsError` whose message names the offending setting and
+how to fix it. Unsafe combinations fail here, at start, never later.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_HOME = Path(os.environ.get("REWARDFLOW_HOME", Path.home() / ".rewardflow"))
+
+
+class SettingsError(ValueError):
+    """A setting is missing, malformed or unsafe in combination with another."""
+
+
+class Settings(BaseSettings):
+    """Every knob of rewardflow. Secrets are ``SecretStr`` and never printed."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="REWARDFLOW_", extra="ignore", validate_default=True
+    )
+
+    # --- local state -------------------------------------------------------
+    home: Path = Field(DEFAULT_HOME, description="Cache and state directory (Kafka jars, chDB data, PIDs).")
+
+    # --- Kafka ---------------------------------------------------------------
+    kafka_bootstrap: str = Field("127.0.0.1:19092", description="Kafka bootstrap servers.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = Field(None, description="e.g. PLAIN, SCRAM-SHA-256")
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = None
+    topic_prefix: str = Field("rewardflow.", description="Prefix of every topic the platform owns.")
+    partitions: int = Field(4, ge=1, le=1024, description="Partitions of the topics rewardflow creates.")
+    local_kafka_port: int = Field(19092, ge=1024, le=65535)
+    local_kafka_controller_port: int = Field(19093, ge=1024, le=65535)
+
+    # --- ClickHouse ------------------------------------------------------------
+    clickhouse_dsn: SecretStr = Field(
+        SecretStr(""),
+        description="chdb:///abs/path (embedded, default under home) or http(s)://user:pass@host:8123/db",
+    )
+    events_ttl_days: int = Field(90, ge=1, description="TTL of the raw events table.")
+
+    # --- stream processing -------------------------------------------------------
+    allowed_lateness_ms: int = Field(5_000, ge=0, description="Watermark = max event time - this.")
+    grace_ms: int = Field(60_000, ge=0, description="Wait after the last horizon before finalising a turn.")
+    horizons_s: list[int] = Field([30, 120, 300, 600, 900], description="Persistence horizons, seconds.")
+    provisional: bool = Field(True, description="Emit provisional outcomes at earlier horizons.")
+    idle_timeout_s: float = Field(5.0, gt=0, description="Partition idle this long => watermark follows the wall clock.")
+    idle_clock_rate: float = Field(1.0, gt=0, description="Event-time ms advanced per wall ms while idle.")
+    dedup_horizon_ms: int = Field(3_600_000, ge=0, description="Duplicate event_ids are dropped within this horizon.")
+    tombstone_ms: int = Field(3_600_000, ge=0, description="How long a finalised turn is remembered to route late events.")
+    window_sizes_s: list[int] = Field([300, 3600], description="Tumbling window sizes, seconds.")
+    dead_letter_ratio_limit: float = Field(0.05, ge=0, le=1, description="Alarm when DLQ share over the sliding window exceeds this.")
+    dead_letter_window_s: float = Field(60.0, gt=0)
+    reward_specs_dir: Path | None = Field(None, description="Directory of reward spec TOML files (default: bundled).")
+    active_spec_versions: list[str] = Field([], description="Spec versions scored live (default: all in the directory).")
+    max_record_bytes: int = Field(1_000_000, ge=1024, le=8_000_000, description="Largest Kafka record accepted or produced.")
+    max_batch_events: int = Field(500, ge=1, le=100_000, description="Largest number of events in one session batch record.")
+
+    # --- sink ----------------------------------------------------------------------
+    sink_batch_rows: int = Field(50_000, ge=1)
+    sink_batch_seconds: float = Field(2.0, gt=0)
+
+    # --- web / metrics --------------------------------------------------------------
+    web_host: str = Field("127.0.0.1", description="Worker web server (metrics, read queries).")
+    web_port: int = Field(16066, ge=1024, le=65535)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        cfg = os.environ.get("REWARDFLOW_CONFIG_FILE")
+        if cfg:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(cfg)))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Settings:
+        if not self.clickhouse_dsn.get_secret_value():
+            self.clickhouse_dsn = SecretStr(f"chdb://{(self.home / 'chdb').resolve()}")
+        if sorted(set(self.horizons_s)) != self.horizons_s or not self.horizons_s:
+            raise ValueError("horizons_s must be a non-empty, strictly increasing list of seconds")
+        if any(h <= 0 for h in self.horizons_s):
+            raise ValueError("horizons_s must be positive")
+        if not self.window_sizes_s or any(w <= 0 for w in self.window_sizes_s):
+            raise ValueError("window_sizes_s must be a non-empty list of positive seconds")
+        if self.kafka_security_protocol.startswith("SASL") and not (
+            self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                "kafka_security_protocol=SASL_* needs REWARDFLOW_KAFKA_SASL_MECHANISM, "
+                "REWARDFLOW_KAFKA_SASL_USERNAME and REWARDFLOW_KAFKA_SASL_PASSWORD"
+            )
+        if self.kafka_sasl_password is not None and self.kafka_security_protocol == "SASL_PLAINTEXT":
+            host = self.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                raise ValueError(
+                    "refusing to send a SASL password in clear text to a non-loopback broker: "
+                    "use REWARDFLOW_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
+                )
+        if self.dedup_horizon_ms > self.tombstone_ms and self.tombstone_ms == 0:
+            raise ValueError("tombstone_ms=0 with dedup enabled would misroute late duplicates")
+        if self.local_kafka_port == self.local_kafka_controller_port:
+            raise ValueError("local_kafka_port and local_kafka_controller_port must differ")
+        return self
+
+    # --- derived ---------------------------------------------------------------------
+    def topic(self, name: str) -> str:
+        """Full topic name for a logical name such as ``events.raw``."""
+        return f"{self.topic_prefix}{name}"
+
+    @property
+    def dsn(self) -> str:
+        return self.clickhouse_dsn.get_secret_value()
+
+    def kafka_client_config(self) -> dict[str, Any]:
+        """confluent-kafka (librdkafka) security config; empty for PLAINTEXT."""
+        cfg: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap}
+        if self.kafka_security_protocol != "PLAINTEXT":
+            cfg["security.protocol"] = self.kafka_security_protocol
+        if self.kafka_sasl_mechanism:
+            cfg["sasl.mechanism"] = self.kafka_sasl_mechanism
+        if self.kafka_sasl_username:
+            cfg["sasl.username"] = self.kafka_sasl_username
+        if self.kafka_sasl_password is not None:
+            cfg["sasl.password"] = self.kafka_sasl_password.get_secret_value()
+        if self.kafka_ssl_cafile:
+            cfg["ssl.ca.location"] = str(self.kafka_ssl_cafile)
+        return cfg
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from overrides, env and the optional config file.
+
+    Raises :class:`SettingsError` with one line per problem, each naming the
+    ``REWARDFLOW_…`` variable to change.
+    """
+    cfg = os.environ.get("REWARDFLOW_CONFIG_FILE")
+    if cfg and not Path(cfg).is_file():
+        raise SettingsError(f"REWARDFLOW_CONFIG_FILE={cfg} does not exist")
+    if cfg:
+        try:
+            tomllib.loads(Path(cfg).read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"REWARDFLOW_CONFIG_FILE={cfg} is not valid TOML: {exc}") from exc
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            name = f"REWARDFLOW_{loc.upper()}" if loc else "settings"
+            lines.append(f"{name}: {err['msg']}")
+        raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
