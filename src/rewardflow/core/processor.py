@@ -1,0 +1,297 @@
+"""The per-partition stream processor: one Kafka record in, output rows out.
+
+``PartitionProcessor.process(value, headers, offset, now_ms) -> Outputs`` is
+the whole route of a raw record — decode → validate → dedup → join → score →
+window — as pure code over a :class:`StateStore`. The Faust agent and batch
+replay both call it; neither adds logic of its own.
+
+Delivery contract (at-least-once with deterministic ids):
+
+* State writes of a record reach the store in this order: settled sessions,
+  touched sessions, then the partition meta key ``m:<p>`` last. With a
+  changelog that preserves order, a restart therefore sees the state after
+  some record X (plus a prefix of X+1's writes).
+* The first record after (re)assignment triggers :meth:`rebuild`: derived
+  state (deadline heap, window accumulators) is recomputed from the sessions,
+  and every final output decided at or after that record's offset is
+  re-emitted, because its delivery is uncertain. Ids are deterministic, so
+  re-emission only ever produces duplicates with equal ids.
+* A redelivered event (same offset and index as recorded in ``seen``) is
+  skipped silently; a client resend of the same ``event_id`` is a duplicate.
+* Provisional rewards are best effort: they are not re-emitted after a crash.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import orjson
+
+from rewardflow.core.config import JoinConfig, StateStore
+from rewardflow.core.outputs import Outputs, dead_letter, event_row, exclusion
+from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
+from rewardflow.core.windows import WindowBook, window_start
+from rewardflow.events.errors import DecodeError
+from rewardflow.events.models import Envelope
+from rewardflow.events.validate import split_valid
+from rewardflow.events.wire import FORMAT_HEADER, decode_record
+from rewardflow.rewards.score import score
+from rewardflow.rewards.spec import RewardSpec
+
+TICK = "tick"
+_NEVER = 2**62
+
+
+class PartitionProcessor:
+    """Join state machine of one source partition. Not thread-safe; call in order."""
+
+    def __init__(self, cfg: JoinConfig, specs: list[RewardSpec], store: StateStore, topic: str, partition: int) -> None:
+        if not specs:
+            raise ValueError("at least one reward spec is required")
+        self.cfg, self.specs, self.store = cfg, specs, store
+        self.topic, self.partition = topic, partition
+        self.wm = -_NEVER
+        self.maxts = -_NEVER
+        self.last_event_wall = 0
+        self.ready = False
+        self.book = WindowBook(list(cfg.window_sizes_s), partition)
+        self._heap: list[tuple[int, str]] = []
+        self._wake: dict[str, int] = {}
+        self._open_served: dict[str, int] = {}
+        self._recent: list[list[Any]] = []
+        self._meta_key = f"m:{partition}"
+
+    # ------------------------------------------------------------------ record path
+    def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int) -> Outputs:
+        """Process one raw record. Never raises for bad input: it becomes a dead letter."""
+        out = Outputs()
+        if not self.ready:
+            self.rebuild(offset, out)
+        cache: dict[str, SessionState] = {}
+        if _format(headers) == TICK:
+            target = int(orjson.loads(value or b"{}").get("wm", -_NEVER))
+            self.wm = max(self.wm, target)
+            by = "idle"
+        else:
+            self.last_event_wall = now_ms
+            self._ingest(value, headers, offset, now_ms, cache, out)
+            self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
+            by = "watermark"
+        self._settle_due(offset, by, cache, out)
+        self._close_windows(offset, out)
+        self._write(cache)
+        return out
+
+    def _ingest(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
+                cache: dict[str, SessionState], out: Outputs) -> None:
+        cfg = self.cfg
+        try:
+            raws = decode_record(value, headers, max_bytes=cfg.max_record_bytes, max_batch_events=cfg.max_batch_events)
+        except DecodeError as exc:
+            out.dead.append(dead_letter(self.topic, self.partition, offset, -1, exc.code, str(exc), None, value, now_ms))
+            return
+        events, rejected = split_valid(raws)
+        for r in rejected:
+            raw = r.raw if isinstance(r.raw, dict) else None
+            out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, str(r.error),
+                                        raw, orjson.dumps(r.raw, default=str), now_ms))
+        if not events:
+            return
+        valid_idx = [i for i in range(len(raws)) if i not in {r.index for r in rejected}] if rejected else range(len(raws))
+        for idx, ev in zip(valid_idx, events, strict=True):
+            st = self._session(ev.session_id, cache, create=True)
+            assert st is not None
+            self._apply(st, ev, raws[idx], idx, offset, out)
+
+    def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, out: Outputs) -> None:
+        seen = st.seen.get(ev.event_id)
+        if seen is not None:
+            if seen[1] != offset or seen[2] != idx:
+                out.excluded.append(exclusion("duplicate", ev, raw, "", self.wm, self.partition, offset, idx))
+            return  # else: a redelivery of the very same record, already applied
+        rid = ev.request_id
+        if rid in st.done:
+            out.late.append(exclusion("late", ev, raw, _ckpt(st.done[rid]), self.wm, self.partition, offset, idx))
+            return
+        turn = st.turns.get(rid)
+        if turn is None:
+            if ev.ts + self.cfg.settle_ms < self.wm:
+                out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
+                return
+            turn = st.turns[rid] = TurnState.start(ev)
+        turn.apply(ev)
+        if turn.served is not None:
+            self._open_served[rid] = turn.served["ts"]
+        st.seen[ev.event_id] = [ev.ts, offset, idx]
+        if ev.ts > self.maxts:
+            self.maxts = ev.ts
+        out.valid.append(event_row(ev, raw, self.partition, offset))
+
+    # ------------------------------------------------------------------ settling
+    def _session(self, sid: str, cache: dict[str, SessionState], create: bool) -> SessionState | None:
+        st = cache.get(sid)
+        if st is None:
+            obj = self.store.get("s:" + sid)
+            if obj is not None:
+                st = SessionState.from_obj(obj)
+            elif create:
+                st = SessionState(sid, self.partition)
+            else:
+                return None
+            cache[sid] = st
+        return st
+
+    def _settle_due(self, offset: int, by: str, cache: dict[str, SessionState], out: Outputs) -> None:
+        due = list(cache)
+        while self._heap and self._heap[0][0] <= self.wm:
+            t, sid = heapq.heappop(self._heap)
+            if self._wake.get(sid) == t:
+                del self._wake[sid]
+                if sid not in cache:
+                    due.append(sid)
+        for sid in due:
+            st = self._session(sid, cache, create=False)
+            if st is not None:
+                self._settle(st, offset, by, out)
+                self._schedule(st)
+
+    def _settle(self, st: SessionState, offset: int, by: str, out: Outputs) -> None:
+        cfg, wm = self.cfg, self.wm
+        hz = list(cfg.horizons_s)
+        for rid, turn in list(st.turns.items()):
+            anchor = turn.anchor()
+            if anchor + cfg.settle_ms <= wm:
+                if turn.served is not None:
+                    o = turn.outcome(hz, hz[-1], provisional=False, wm=wm, by=by)
+                    recs = [score(o, s) for s in self.specs]
+                    out.rewards.extend(recs)
+                    for r in recs:
+                        self.book.add(r)
+                    st.done[rid] = Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None)
+                else:
+                    orphan = _orphan(turn, wm, self.partition)
+                    out.excluded.append(orphan)  # type: ignore[arg-type]
+                    st.done[rid] = Tombstone(wm, offset, -1, None, orphan)
+                del st.turns[rid]
+                self._open_served.pop(rid, None)
+            elif cfg.provisional and turn.served is not None:
+                reached = [h for h in hz[:-1] if anchor + h * 1000 + cfg.grace_ms <= wm]
+                if reached and reached[-1] > turn.provisional_h:
+                    turn.provisional_h = reached[-1]
+                    o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
+                    out.rewards.extend(score(o, s) for s in self.specs)
+        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through())
+
+    def _deadlines(self, st: SessionState) -> list[int]:
+        cfg, out = self.cfg, []
+        for turn in st.turns.values():
+            anchor = turn.anchor()
+            nxt = anchor + cfg.settle_ms
+            if cfg.provisional and turn.served is not None:
+                for h in cfg.horizons_s[:-1]:
+                    if h > turn.provisional_h:
+                        nxt = min(nxt, anchor + h * 1000 + cfg.grace_ms)
+                        break
+            out.append(nxt)
+        return out
+
+    def _schedule(self, st: SessionState) -> None:
+        cfg = self.cfg
+        t = st.next_wake(self._deadlines(st), cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+        if t is not None and t <= self.wm:  # blocked tombstones: look again one window later
+            t = self.wm + min(cfg.window_sizes_s) * 1000
+        if t is None:
+            self._wake.pop(st.session_id, None)
+        elif self._wake.get(st.session_id) != t:
+            self._wake[st.session_id] = t
+            heapq.heappush(self._heap, (t, st.session_id))
+
+    # ------------------------------------------------------------------ windows
+    def _close_windows(self, offset: int, out: Outputs) -> None:
+        limit = self.wm - self.cfg.settle_ms
+        if all(window_start(limit, s * 1000) <= self.book.closed_through.get(s, -_NEVER) for s in self.book.sizes_s):
+            return
+        if self._open_served:
+            limit = min(limit, min(self._open_served.values()))
+        closed = self.book.close(limit)
+        if closed:
+            out.windows.extend(closed)
+            self._recent = (self._recent + [[offset, closed]])[-16:]
+
+    # ------------------------------------------------------------------ persistence
+    def _write(self, cache: dict[str, SessionState]) -> None:
+        for sid, st in cache.items():
+            if st.is_empty():
+                self.store.delete("s:" + sid)
+            else:
+                self.store.put("s:" + sid, st.to_obj())
+        self.store.put(self._meta_key, {
+            "wm": self.wm, "maxts": self.maxts, "ct": {str(k): v for k, v in self.book.closed_through.items()},
+            "recent": self._recent,
+        })
+
+    def rebuild(self, first_offset: int, out: Outputs) -> None:
+        """Recompute derived state from the store; re-emit outputs decided at/after ``first_offset``."""
+        meta = self.store.get(self._meta_key) or {}
+        self.wm = meta.get("wm", -_NEVER)
+        self.maxts = meta.get("maxts", -_NEVER)
+        self.book = WindowBook(list(self.cfg.window_sizes_s), self.partition,
+                               {int(k): v for k, v in meta.get("ct", {}).items()})
+        self._recent = meta.get("recent", [])
+        self._heap, self._wake, self._open_served = [], {}, {}
+        for key, obj in self.store.items():
+            if not key.startswith("s:") or obj[1] != self.partition:
+                continue
+            st = SessionState.from_obj(obj)
+            for rid, turn in st.turns.items():
+                if turn.served is not None:
+                    self._open_served[rid] = turn.served["ts"]
+            for tomb in st.done.values():
+                if tomb.outcome is not None:
+                    recs = [score(outcome_from_obj(tomb.outcome), s) for s in self.specs]
+                    for r in recs:
+                        self.book.add(r)
+                    if tomb.offset >= first_offset:
+                        out.rewards.extend(recs)
+                elif tomb.orphan is not None and tomb.offset >= first_offset:
+                    out.excluded.append(tomb.orphan)  # type: ignore[arg-type]
+            self._schedule(st)
+        for off, wins in self._recent:
+            if off >= first_offset:
+                out.windows.extend(wins)
+        self.ready = True
+
+    # ------------------------------------------------------------------ idle clock
+    def idle_target(self, now_ms: int, idle_timeout_ms: int, rate: float) -> int | None:
+        """Watermark a tick should carry when the partition has been idle, else None."""
+        if self.maxts == -_NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
+            return None
+        return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
+
+
+def _format(headers: Any) -> str | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    for k, v in items:
+        if k == FORMAT_HEADER:
+            return v.decode() if isinstance(v, bytes) else str(v)
+    return None
+
+
+def _ckpt(t: Tombstone) -> str:
+    return str(t.outcome["checkpoint_id"]) if t.outcome else ""
+
+
+def _orphan(turn: TurnState, wm: int, partition: int) -> dict[str, Any]:
+    from rewardflow.core.records import stable_id
+
+    return {
+        "exclusion_id": stable_id("orphan", turn.request_id), "reason": "orphan",
+        "request_id": turn.request_id, "session_id": turn.session_id, "org_id": turn.org_id,
+        "event_id": "", "event_type": "", "checkpoint_id": "", "ts": turn.first_ts, "watermark": wm,
+        "source_partition": partition,
+        "payload": orjson.dumps({"edits": len(turn.edits), "counts": turn.counts}).decode(),
+    }

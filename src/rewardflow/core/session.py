@@ -1,0 +1,99 @@
+"""State of one session on one partition: open turns, seen event ids, tombstones.
+
+A session's state is the unit of persistence: the stream shell stores it under
+key ``s:<session_id>`` in a changelog-backed table, one write per touched
+session per record. Keeping all turns of a session together is what amortises
+the per-write cost (a session's events travel in one Kafka record).
+
+* ``seen``: ``event_id -> [ts, offset, index]`` — deduplicates client resends
+  within the dedup horizon, and recognises a *redelivery* of the very same
+  record (same offset and index) so it is skipped without being miscounted.
+* ``done``: ``request_id -> tombstone`` — finalised turns, kept to route late
+  events, to rebuild window partials after a restart and to re-emit outputs
+  whose delivery is uncertain.
+
+Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewardflow.core.turn import TurnState
+
+
+@dataclass(slots=True)
+class Tombstone:
+    """A finalised turn: its outcome (or orphan exclusion) and where it was decided."""
+
+    wm: int  # watermark that finalised it
+    offset: int  # source offset of the record whose processing finalised it
+    served_ts: int  # -1 for orphans
+    outcome: dict[str, Any] | None  # outcome_to_obj(...) for served turns
+    orphan: dict[str, Any] | None  # Exclusion row for orphans
+
+    def to_obj(self) -> list[Any]:
+        return [self.wm, self.offset, self.served_ts, self.outcome, self.orphan]
+
+    @classmethod
+    def from_obj(cls, o: list[Any]) -> Tombstone:
+        return cls(o[0], o[1], o[2], o[3], o[4])
+
+
+@dataclass(slots=True)
+class SessionState:
+    """Everything the join keeps about one session."""
+
+    session_id: str
+    partition: int
+    turns: dict[str, TurnState] = field(default_factory=dict)
+    seen: dict[str, list[int]] = field(default_factory=dict)
+    done: dict[str, Tombstone] = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not (self.turns or self.seen or self.done)
+
+    def prune(self, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int) -> None:
+        """Drop seen ids and tombstones that can no longer matter.
+
+        A tombstone goes once it is older than ``keep_done_ms`` *and* every
+        window containing its turn is closed (``served_ts < closed_through``).
+        """
+        if self.seen:
+            limit = wm - dedup_ms
+            self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
+        if self.done:
+            limit = wm - keep_done_ms
+            self.done = {
+                k: t for k, t in self.done.items() if t.wm >= limit or t.served_ts >= closed_through
+            }
+
+    def next_wake(self, deadlines: list[int], dedup_ms: int, keep_done_ms: int, step_ms: int) -> int | None:
+        """Earliest event time at which this session needs attention, or None."""
+        cands = list(deadlines)
+        if self.seen:
+            cands.append(min(v[0] for v in self.seen.values()) + dedup_ms)
+        if self.done:
+            cands.append(min(t.wm for t in self.done.values()) + max(keep_done_ms, step_ms))
+        return min(cands) if cands else None
+
+    def to_obj(self) -> list[Any]:
+        return [
+            self.session_id,
+            self.partition,
+            [t.to_obj() for t in self.turns.values()],
+            self.seen,
+            {k: t.to_obj() for k, t in self.done.items()},
+        ]
+
+    @classmethod
+    def from_obj(cls, o: list[Any]) -> SessionState:
+        turns = [TurnState.from_obj(t) for t in o[2]]
+        return cls(
+            o[0],
+            o[1],
+            {t.request_id: t for t in turns},
+            o[3],
+            {k: Tombstone.from_obj(v) for k, v in o[4].items()},
+        )

@@ -1,0 +1,41 @@
+"""A :class:`~rewardflow.core.config.StateStore` over a changelog-backed Faust Table.
+
+Values are stored as orjson bytes (``value_serializer='raw'``), so the table's
+changelog carries exactly what the core asked to keep.
+
+Contract: must be called from inside the agent's per-event iteration (Faust
+raises otherwise); writes go to the changelog partition of the current event,
+in call order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+_OPTS = orjson.OPT_NON_STR_KEYS
+
+
+class TableStore:
+    """Adapter: the core's store protocol on a Faust Table of raw bytes."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def get(self, key: str) -> Any | None:
+        raw = self.table.get(key)
+        return None if raw is None else orjson.loads(raw)
+
+    def put(self, key: str, value: Any) -> None:
+        self.table[key] = orjson.dumps(value, option=_OPTS)
+
+    def delete(self, key: str) -> None:
+        if key in self.table:
+            del self.table[key]
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        for key, raw in list(self.table.items()):
+            if raw is not None:
+                yield (key.decode() if isinstance(key, bytes) else key), orjson.loads(raw)
