@@ -77,8 +77,8 @@ class JoinWorker:
             name: self.app.topic(settings.topic(name), partitions=settings.partitions, **raw)
             for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)
         }
-        self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
-                                    key_type=str, value_serializer="raw")
+        self.table = self.app.Table("join-state", default=None, partitions=settings.partitions, key_type=str)
+        self.table.value_serializer = "raw"  # orjson bytes, written by TableStore
         self.store = TableStore(self.table)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)

@@ -1,0 +1,47 @@
+"""Run the stream worker in this process: ``python -m rewardflow_streams.main``.
+
+Contract: blocks until SIGINT/SIGTERM, then lets Faust stop gracefully (the
+agent finishes its record, the producer is flushed, offsets are committed)
+and returns. ``on_stopped`` callbacks run after the worker has stopped, in
+order — the sink uses this to flush and commit last.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
+import faust
+
+from rewardflow.provision import ensure_topics
+from rewardflow.settings import Settings, load_settings
+from rewardflow_streams.app import JoinWorker
+
+log = logging.getLogger("rewardflow.streams")
+
+
+def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING",
+               on_stopped: list[Callable[[], None]] | None = None) -> int:
+    """Create topics, start the Faust worker and block until it stops. Returns an exit code."""
+    ensure_topics(settings)
+    join = JoinWorker(settings, web=web)
+    worker = faust.Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    code = 0
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        for cb in on_stopped or []:
+            cb()
+    return code
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    sys.exit(run_worker(load_settings(), web=False))
+
+
+if __name__ == "__main__":
+    main()
