@@ -28,7 +28,7 @@ import orjson
 from rewardflow import topics as T
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
-from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.processor import TICK, PartitionProcessor, record_format
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
 from rewardflow_streams.metrics import WorkerMetrics
@@ -77,8 +77,10 @@ class JoinWorker:
             name: self.app.topic(settings.topic(name), partitions=settings.partitions, **raw)
             for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)
         }
-        self.table = self.app.Table("join-state", default=None, partitions=settings.partitions, key_type=str)
-        self.table.value_serializer = "raw"  # orjson bytes, written by TableStore
+        # value_type=bytes makes the changelog topic itself "raw" (orjson bytes written by TableStore):
+        # setting table.value_serializer afterwards left recovery decoding the changelog as JSON.
+        self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
+                                    key_type=str, value_type=bytes)
         self.store = TableStore(self.table)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
@@ -98,8 +100,7 @@ class JoinWorker:
                               msg.topic, msg.partition, msg.offset)
                 os._exit(70)
             await self._emit(out, msg.key or str(msg.partition).encode(), msg.partition)
-            self.metrics.observe(out, tick=not out.valid and not out.dead and msg.value is not None
-                                 and msg.value.startswith(b'{"wm"'))
+            self.metrics.observe(out, tick=record_format(msg.headers) == TICK)
 
     async def _emit(self, out: Outputs, key: bytes, partition: int) -> None:
         sends = ((T.VALID, out.valid), (T.REWARDS, out.rewards), (T.DEADLETTERS, out.dead),
@@ -128,12 +129,12 @@ class JoinWorker:
         timeout_ms = int(self.settings.idle_timeout_s * 1000)
         for partition, proc in list(self.processors.items()):
             target = proc.idle_target(now, timeout_ms, self.settings.idle_clock_rate)
-            if target is not None and target > proc.wm:
+            if target is not None and target > proc.wm and proc.pending():
                 await self.raw_topic.send(value=orjson.dumps({"wm": target}), partition=partition,
                                           headers=_TICK_HEADERS)
 
-    async def _metrics_view(self, web: Any, request: Any) -> Any:
-        return web.text(self.metrics.prometheus(), content_type="text/plain")
+    async def _metrics_view(self, request: Any) -> Any:
+        return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")
 
 
 def _credentials(s: Settings) -> Any:

@@ -22,10 +22,10 @@ log = logging.getLogger("rewardflow.streams")
 
 
 def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING",
-               on_stopped: list[Callable[[], None]] | None = None) -> int:
+               on_stopped: list[Callable[[], None]] | None = None, join: JoinWorker | None = None) -> int:
     """Create topics, start the Faust worker and block until it stops. Returns an exit code."""
     ensure_topics(settings)
-    join = JoinWorker(settings, web=web)
+    join = join or JoinWorker(settings, web=web)
     worker = faust.Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     code = 0
     try:

@@ -1,6 +1,146 @@
-"""Placeholder, replaced by its owner."""
+"""``rewardflow run``: the stream worker and the ClickHouse sink in one process.
+
+Order of shutdown on SIGINT/SIGTERM: Faust stops its agent, flushes its
+producer and commits; then the sink flushes its buffers to ClickHouse and
+commits; the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import typer
+
+from rewardflow.settings import Settings, load_settings
+
+log = logging.getLogger("rewardflow.run")
 
 
-def command() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def ensure_kafka(settings: Settings, start: bool) -> None:
+    """Check the broker answers; with ``start``, bring up the project's local broker first."""
+    from rewardflow.kafka_local.admin import metadata_ready
+
+    if metadata_ready(settings.kafka_bootstrap, timeout=3.0):
+        return
+    if not start:
+        _fail(f"Kafka at {settings.kafka_bootstrap} does not answer; start it (`rewardflow kafka up`) "
+              "or pass --start-kafka")
+    from rewardflow.kafka_local import LocalBroker
+
+    broker = LocalBroker(settings.home, settings.local_kafka_port, settings.local_kafka_controller_port,
+                         settings.partitions)
+    info = broker.up(timeout=120)
+    typer.echo(f"started local Kafka at {info.bootstrap} (pid {info.pid})")
+
+
+def migrate_db(settings: Settings) -> None:
+    from rewardflow.clickhouse.connect import as_dsn, get_client
+    from rewardflow.clickhouse.migrate import ensure_database, migrate
+
+    dsn = as_dsn(settings.dsn)
+    ensure_database(dsn)
+    migrate(get_client(dsn=dsn), events_ttl_days=settings.events_ttl_days)
+
+
+class StatusLine(threading.Thread):
+    """Logs one structured status line every ``interval`` seconds."""
+
+    def __init__(self, settings: Settings, interval: float, parts: dict[str, Any]) -> None:
+        super().__init__(name="rewardflow-status", daemon=True)
+        self.settings, self.interval, self.parts = settings, interval, parts
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from rewardflow import topics as T
+        from rewardflow.lag import group_lag
+
+        while not self.stopped.wait(self.interval):
+            fields: dict[str, Any] = {}
+            join = self.parts.get("join")
+            if join is not None:
+                fields.update(join.metrics.counters)
+                fields["dlq_ratio"] = round(join.metrics.dlq_ratio, 4)
+            sink = self.parts.get("sink")
+            if sink is not None:
+                snap = sink.metrics.snapshot()
+                fields["rows_written"] = sum(snap["rows_written"].values())
+                fields["sink_retries"] = snap["retries"]
+            fields["lag_raw"] = group_lag(self.settings.kafka_client_config(), self.settings.topic("worker"),
+                                          self.settings.topic(T.RAW))
+            log.info("status " + " ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+def command(
+    start_kafka: bool = typer.Option(False, "--start-kafka", help="Start the project's local Kafka broker if none answers."),
+    sink: bool = typer.Option(True, "--sink/--no-sink", help="Run the ClickHouse sink in this process."),
+    worker: bool = typer.Option(True, "--worker/--no-worker", help="Run the Faust stream worker in this process."),
+    status_interval: float = typer.Option(10.0, help="Seconds between status lines (0 = none)."),
+    log_level: str = typer.Option("INFO", help="Python log level."),
+) -> None:
+    """Run the stream worker and the ClickHouse sink against the configured Kafka and ClickHouse.
+
+    Creates the topics it needs and applies migrations first. Stops gracefully
+    on SIGINT/SIGTERM: flush, commit, exit 0. Metrics: a status line every
+    --status-interval seconds, Prometheus text at http://WEB_HOST:WEB_PORT+1/metrics.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    settings = load_settings()
+    ensure_kafka(settings, start_kafka)
+    from rewardflow.provision import ensure_topics
+
+    ensure_topics(settings)
+    parts: dict[str, Any] = {}
+    stop = threading.Event()
+    thread: threading.Thread | None = None
+    if sink:
+        from rewardflow.clickhouse.errors import ClickHouseError
+        from rewardflow.clickhouse.sink import RewardSink
+
+        try:
+            migrate_db(settings)
+            parts["sink"] = sink_obj = RewardSink(settings)
+        except ClickHouseError as exc:
+            _fail(str(exc))
+        thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
+        thread.start()
+
+    def stop_sink() -> None:
+        stop.set()
+        if thread is not None:
+            thread.join()
+
+    status = StatusLine(settings, status_interval, parts)
+    if status_interval > 0:
+        status.start()
+    code = 0
+    try:
+        if worker:
+            from rewardflow_streams.app import JoinWorker
+            from rewardflow_streams.main import run_worker
+
+            parts["join"] = join = JoinWorker(settings, web=True)
+            code = run_worker(settings, join=join, on_stopped=[stop_sink], loglevel=log_level.upper())
+        else:
+            _wait_for_signal()
+    finally:
+        status.stopped.set()
+        stop_sink()
+    raise typer.Exit(code)
+
+
+def _wait_for_signal() -> None:
+    import signal
+
+    got = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: got.set())
+    while not got.wait(0.5):
+        time.sleep(0)

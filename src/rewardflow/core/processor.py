@@ -16,20 +16,22 @@ Delivery contract (at-least-once with deterministic ids):
   and every final output decided at or after that record's offset is
   re-emitted, because its delivery is uncertain. Ids are deterministic, so
   re-emission only ever produces duplicates with equal ids.
-* A redelivered event (same offset and index as recorded in ``seen``) is
-  skipped silently; a client resend of the same ``event_id`` is a duplicate.
+* A redelivered event (same offset and index as recorded in ``seen``) is not
+  applied again nor counted as a duplicate; its valid row is re-emitted (same
+  id). A client resend of the same ``event_id`` is a duplicate.
 * Provisional rewards are best effort: they are not re-emitted after a crash.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.outputs import Outputs, dead_letter, event_row, exclusion
+from rewardflow.core.records import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.windows import WindowBook, window_start
@@ -70,7 +72,7 @@ class PartitionProcessor:
         if not self.ready:
             self.rebuild(offset, out)
         cache: dict[str, SessionState] = {}
-        if _format(headers) == TICK:
+        if record_format(headers) == TICK:
             target = int(orjson.loads(value or b"{}").get("wm", -_NEVER))
             self.wm = max(self.wm, target)
             by = "idle"
@@ -110,7 +112,12 @@ class PartitionProcessor:
         if seen is not None:
             if seen[1] != offset or seen[2] != idx:
                 out.excluded.append(exclusion("duplicate", ev, raw, "", self.wm, self.partition, offset, idx))
-            return  # else: a redelivery of the very same record, already applied
+                return
+            # a redelivery of the very same record, already applied: not re-applied, but its row's
+            # delivery is uncertain (re-emit, same id) and the watermark must still account for it
+            self.maxts = max(self.maxts, ev.ts)
+            out.valid.append(event_row(ev, raw, self.partition, offset))
+            return
         rid = ev.request_id
         if rid in st.done:
             out.late.append(exclusion("late", ev, raw, _ckpt(st.done[rid]), self.wm, self.partition, offset, idx))
@@ -199,9 +206,10 @@ class PartitionProcessor:
 
     def _schedule(self, st: SessionState) -> None:
         cfg = self.cfg
-        t = st.next_wake(self._deadlines(st), cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+        t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
         if t is not None and t <= self.wm:  # blocked tombstones: look again one window later
             t = self.wm + min(cfg.window_sizes_s) * 1000
+        t = min([*self._deadlines(st), *([] if t is None else [t])], default=None)  # deadlines are never postponed
         if t is None:
             self._wake.pop(st.session_id, None)
         elif self._wake.get(st.session_id) != t:
@@ -260,10 +268,14 @@ class PartitionProcessor:
             self._schedule(st)
         for off, wins in self._recent:
             if off >= first_offset:
-                out.windows.extend(wins)
+                out.windows.extend(_window_from_obj(w) for w in wins)
         self.ready = True
 
     # ------------------------------------------------------------------ idle clock
+    def pending(self) -> bool:
+        """Whether anything (a turn, a tombstone, a window) still waits for the watermark."""
+        return bool(self._heap) or bool(self.book.open)
+
     def idle_target(self, now_ms: int, idle_timeout_ms: int, rate: float) -> int | None:
         """Watermark a tick should carry when the partition has been idle, else None."""
         if self.maxts == -_NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
@@ -271,7 +283,8 @@ class PartitionProcessor:
         return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
 
 
-def _format(headers: Any) -> str | None:
+def record_format(headers: Any) -> str | None:
+    """The ``rf-format`` header of a record, or None."""
     if not headers:
         return None
     items = headers.items() if isinstance(headers, dict) else headers
@@ -279,6 +292,12 @@ def _format(headers: Any) -> str | None:
         if k == FORMAT_HEADER:
             return v.decode() if isinstance(v, bytes) else str(v)
     return None
+
+
+def _window_from_obj(w: dict[str, Any]) -> WindowAggregate:
+    """A window record as stored in the meta key, with its int map keys restored (JSON made them str)."""
+    maps = {k: {int(h): v for h, v in w[k].items()} for k in ("persisted", "checked", "latency_hist")}
+    return cast(WindowAggregate, {**w, **maps})
 
 
 def _ckpt(t: Tombstone) -> str:
