@@ -15,18 +15,17 @@ written, so an interrupted resolution never leaves a half cache behind.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from rewardflow.kafka_local.errors import ResolutionError
+from rewardflow.kafka_local.locking import exclusive_lock
 from rewardflow.kafka_local.tools import find_maven
 
 KAFKA_VERSION = "4.4.0"
@@ -97,17 +96,6 @@ def cached_jars(libs: Path) -> list[Path] | None:
     return jars if all(jar.is_file() for jar in jars) else None
 
 
-@contextmanager
-def _locked(lock_file: Path) -> Iterator[None]:
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with lock_file.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # blocks while another process resolves
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _run_maven(work: Path, out: Path) -> None:
     (work / "pom.xml").write_text(render_pom())
     cmd = [
@@ -126,24 +114,27 @@ def _run_maven(work: Path, out: Path) -> None:
         raise ResolutionError(f"Maven could not resolve Kafka {KAFKA_VERSION}: {detail}")
 
 
-def ensure_kafka_jars(home: Path, progress: Progress = _stderr) -> Path:
+def ensure_kafka_jars(home: Path, progress: Progress | None = None) -> Path:
     """Return ``home/kafka/<version>/libs``, resolving it with Maven first if needed.
 
     Blocks for the whole resolution (minutes on a cold ``~/.m2``; milliseconds
     once cached). Concurrent callers wait on a file lock and reuse the winner's
     cache. Raises :class:`ToolMissingError` when ``mvn`` is needed but absent,
-    :class:`ResolutionError` when Maven fails. ``progress`` receives one line
-    before and one after a resolution; nothing is reported on a cache hit.
+    :class:`ResolutionError` when Maven fails. ``progress`` (default: stderr)
+    receives one line before and one after a resolution; a cache hit is silent.
     """
+    report = progress or _stderr
     cache = kafka_cache_dir(home)
     libs = cache / "libs"
     if cached_jars(libs) is not None:
         return libs
-    with _locked(cache / ".resolve.lock"):
+    with exclusive_lock(cache / ".resolve.lock"):
         if cached_jars(libs) is not None:
             return libs
         find_maven()
-        progress(f"resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {libs} ...")
+        for leftover in cache.glob(".resolve-*"):  # from a killed resolution; we hold the lock
+            shutil.rmtree(leftover, ignore_errors=True)
+        report(f"resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {libs} ...")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=".resolve-", dir=cache) as tmp:
             work = Path(tmp)
@@ -157,5 +148,5 @@ def ensure_kafka_jars(home: Path, progress: Progress = _stderr) -> Path:
             if libs.exists():  # an incomplete cache from an older layout: replace it
                 shutil.rmtree(libs)
             staged.rename(libs)
-        progress(f"resolved {len(jars)} jars in {time.monotonic() - started:.0f} s")
+        report(f"resolved {len(jars)} jars in {time.monotonic() - started:.0f} s")
     return libs
