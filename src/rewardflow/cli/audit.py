@@ -1,6 +1,127 @@
-"""Placeholder, replaced by its owner."""
+"""``rewardflow audit``: what was kept out of the rewards, and the broken-tool-call hole.
+
+Reads the final rewards of one spec version, the ``dead_letters``,
+``late_events`` and ``exclusions`` tables and the stored events of the turns
+that late or duplicate events belong to, then prints
+:func:`rewardflow.analysis.audit.audit_counts`: per exclusion reason the
+count, the share, and the reward those samples would have had; per
+checkpoint the share of samples with broken tool calls, their reward
+contribution and whether dodging by breaking a call pays; and the static
+checks of the spec's weights.
+
+With ``--checkpoint``, rewards, late and duplicate events are restricted to
+that checkpoint's samples; dead letters and orphans carry no checkpoint and
+stay stream-wide. Exit codes: 0 printed (1 with ``--strict`` when the spec is
+flagged or a hole is found); 2 a fixable error, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rewardflow.analysis.audit import AuditReport, audit_counts
+from rewardflow.cli.rewards import fail, open_store
+from rewardflow.core.config import JoinConfig
+from rewardflow.rewards.registry import load_dir, select_active, specs_dir
+from rewardflow.rewards.spec import RewardSpec, SpecError
+from rewardflow.settings import load_settings
+
+REWARD_COLUMNS = ("sample_id", "spec_version", "checkpoint_id", "provisional", "reward", "components", "finalised_wm",
+                  "n_edits", "n_tool_broken", "n_tool_error", "n_reject", "n_undo", "n_revert", "n_dissatisfied",
+                  "checked", "persisted")
 
 
-def command() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+def _spec(version: str | None) -> RewardSpec:
+    settings = load_settings()
+    try:
+        files = load_dir(specs_dir(settings))
+        if version is None:
+            return select_active(files, settings.active_spec_versions)[0].spec
+        found = [f.spec for f in files if f.spec.version == version]
+        if not found:
+            raise SpecError(f"--spec {version}: no such version in {specs_dir(settings)}; known: "
+                            f"{', '.join(f.spec.version for f in files)}")
+        return found[0]
+    except SpecError as exc:
+        raise fail(str(exc)) from None
+
+
+def _fetch(checkpoint: str | None, spec: RewardSpec) -> dict[str, Any]:
+    with open_store(load_settings()) as store:
+        where = "spec_version = {v:String} AND provisional = 0"
+        params: dict[str, Any] = {"v": spec.version}
+        if checkpoint:
+            where += " AND checkpoint_id = {ck:String}"
+            params["ck"] = checkpoint
+        rewards = store.rows(f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} LIMIT 1 BY sample_id", params)
+        scored = {r["sample_id"] for r in rewards}
+        late = store.rows("SELECT request_id, payload FROM late_events LIMIT 1 BY exclusion_id", {})
+        excluded = store.rows("SELECT reason, request_id, payload FROM exclusions LIMIT 1 BY exclusion_id", {})
+        if checkpoint:
+            late = [e for e in late if e["request_id"] in scored]
+            excluded = [e for e in excluded if e["reason"] == "orphan" or e["request_id"] in scored]
+        touched = {e["request_id"] for e in late} | {e["request_id"] for e in excluded if e["reason"] == "duplicate"}
+        ids = sorted(touched & scored)
+        turn_events: dict[str, list[Any]] = {}
+        if ids:
+            for r in store.rows("SELECT request_id, payload FROM events WHERE request_id IN {ids:Array(String)} "
+                                "LIMIT 1 BY event_id", {"ids": ids}):
+                turn_events.setdefault(r["request_id"], []).append(orjson.loads(r["payload"]))
+        return {
+            "rewards": rewards, "late": late, "excluded": excluded, "turn_events": turn_events,
+            "dead": store.rows("SELECT reason_code FROM dead_letters LIMIT 1 BY dead_letter_id", {}),
+            "valid_events": int(store.rows("SELECT uniqExact(event_id) AS n FROM events", {})[0]["n"]),
+        }
+
+
+def _render(rep: AuditReport, out: Console) -> None:
+    t = Table("reason", "rows", "samples", "share", "stored mean", "rescored mean", "Δ mean", "changed", "sign flips",
+              "note", title=f"exclusions (spec {rep.spec_version}; {rep.samples} samples, {rep.events} events)")
+    for ln in rep.lines:
+        d = ln.rescore if ln.rescore is not None and ln.rescore.paired else None
+        t.add_row(ln.reason, str(ln.rows), "-" if ln.samples is None else str(ln.samples), f"{ln.share:.2%} of {ln.share_of}",
+                  *(("-",) * 5 if d is None else (f"{d.old_mean:+.4f}", f"{d.new_mean:+.4f}", f"{d.mean_delta:+.4f}",
+                                                  str(d.changed), str(d.sign_flips))), ln.note)
+    out.print(t)
+    if rep.dead_by_code:
+        out.print("dead letters by reason: " + ", ".join(f"{k}={v}" for k, v in rep.dead_by_code.items()))
+    b = Table("checkpoint", "samples", "with broken call", "broken-call reward", "dodges", "mean dodge",
+              "clean failing", "mean clean failing", "hole", title="broken tool calls (never dropped; scored negative)")
+    for c in rep.checkpoints:
+        b.add_row(c.checkpoint_id, str(c.samples), f"{c.broken_samples} ({c.broken_share:.2%})", f"{c.broken_contribution:+.3f}",
+                  str(c.dodges), _f(c.mean_dodge), str(c.clean_failing), _f(c.mean_clean_failing),
+                  "[red]YES: breaking calls pays[/]" if c.hole else "no")
+    out.print(b)
+    for flag in rep.flags:
+        out.print(f"[red]spec flag[/]: {flag}")
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.4f}"
+
+
+def command(
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Only this checkpoint's samples.")] = None,
+    spec_version: Annotated[str | None, typer.Option("--spec", help="Spec version to audit (default: first active).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the audit as JSON.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when the spec is flagged or a hole is found.")] = False,
+) -> None:
+    """Audit exclusions (dead letters, duplicates, late events, orphans) and the broken-tool-call hole."""
+    spec = _spec(spec_version)
+    data = _fetch(checkpoint, spec)
+    rep = audit_counts(spec, data["rewards"], dead=data["dead"], late=data["late"], excluded=data["excluded"],
+                       valid_events=data["valid_events"], turn_events=data["turn_events"],
+                       cfg=JoinConfig.from_settings(load_settings()))
+    if json_out:
+        sys.stdout.write(orjson.dumps(asdict(rep), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _render(rep, Console())
+    if strict and (rep.flags or any(c.hole for c in rep.checkpoints)):
+        raise typer.Exit(1)

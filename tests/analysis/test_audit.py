@@ -1,0 +1,162 @@
+"""Audit counts reconcile with a synthetic stream of planted exclusions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from rewardflow.analysis.audit import AuditReport, audit_counts, spec_flags
+from rewardflow.rewards.spec import RewardSpec, RewardWeights, bundled_specs_dir, load_spec
+from tests.core.feed import CFG, Feed
+from tests.factories import T0, ev, turn
+
+V1 = load_spec(bundled_specs_dir() / "v1.toml")
+LEAKY = RewardSpec(version="leaky", weights=RewardWeights(tool_broken=-0.01))
+HZ = CFG.horizons_s
+
+N_TURNS, BROKEN, FAILING, DODGES, ORPHANS, DUPLICATES = 20, 3, 3, 2, 2, 3
+LATE: dict[str, tuple[str, dict[str, Any], float]] = {"r10": ("UserAction", {"action": "accept"}, 0.5), "r11": ("UserAction", {"action": "accept"}, 0.5),
+        "r12": ("FollowUp", {"dissatisfied": True}, -1.0)}
+DEAD = [b"not json", b'{"event_type": "ToolCall"}', b"\x00\x00\x00\x00\x63zz", b"[1, 2]"]
+
+
+def _turn(i: int) -> list[dict[str, Any]]:
+    rid, sid, ts = f"r{i}", f"s{i // 2}", T0 + i * 5_000
+    ckpt = "ck-b" if i >= 15 else "ck-a"
+    if i < BROKEN:  # a broken call inside an otherwise good turn
+        return turn(rid, sid, ts, ckpt, horizons=HZ) + [ev("ToolCall", rid, sid, ts + 700, call_id="bx", status="broken")]
+    if i < BROKEN + FAILING:  # clean failure: rejected, barely persisted
+        out = turn(rid, sid, ts, ckpt, survival=0.1, horizons=HZ)
+        return [e | {"action": "reject"} if e["event_type"] == "UserAction" else e for e in out]
+    return turn(rid, sid, ts, ckpt, horizons=HZ)
+
+
+def _dodge(i: int) -> list[dict[str, Any]]:
+    rid, sid, ts = f"dodge{i}", f"sd{i}", T0 + 2_000 + i * 7_000
+    return [ev("InferenceServed", rid, sid, ts), ev("ToolCall", rid, sid, ts + 300, call_id="d", status="broken")]
+
+
+def _orphan(i: int) -> list[dict[str, Any]]:
+    rid, sid, ts = f"orph{i}", f"so{i}", T0 + 3_000 + i * 9_000
+    return [ev("ToolCall", rid, sid, ts), ev("FollowUp", rid, sid, ts + 100)]
+
+
+def _stream() -> Iterator[list[dict[str, Any]] | bytes]:
+    for i in range(DODGES):
+        yield _dodge(i)
+    for i in range(ORPHANS):
+        yield _orphan(i)
+    for i in range(N_TURNS):
+        events = _turn(i)
+        yield events
+        if 6 <= i < 6 + DUPLICATES:  # a client resends its accept
+            yield [next(e for e in events if e["event_type"] == "UserAction")]
+    yield from DEAD
+
+
+@pytest.fixture(scope="module")
+def feed() -> Feed:
+    f = Feed(CFG, [V1, LEAKY])
+    for item in _stream():
+        if isinstance(item, bytes):
+            f.record(item, [])
+        else:
+            f.send(*item)
+    f.tick(f.proc.maxts + CFG.settle_ms)  # every turn final
+    for rid, (etype, fields, _) in LATE.items():
+        i = int(rid[1:])
+        f.send(ev(etype, rid, f"s{i // 2}", T0 + i * 5_000 + 3_000, **fields))
+    return f
+
+
+def _audit(f: Feed, spec: RewardSpec) -> AuditReport:
+    events: dict[str, list[dict[str, Any]]] = {}
+    for row in f.total.valid:
+        events.setdefault(row["request_id"], []).append(orjson.loads(row["payload"]))
+    return audit_counts(spec, f.final(spec.version), dead=f.total.dead, late=f.total.late, excluded=f.total.excluded,
+                        valid_events=len(f.total.valid), turn_events=events, cfg=CFG)
+
+
+def test_counts_reconcile_with_planted_numbers(feed: Feed) -> None:
+    rep = _audit(feed, V1)
+    lines = {ln.reason: ln for ln in rep.lines}
+    samples = N_TURNS + DODGES + ORPHANS
+    assert rep.samples == samples and rep.events == len(feed.total.valid) + len(DEAD)
+    assert (lines["dead_letter"].rows, lines["dead_letter"].samples) == (len(DEAD), None)
+    assert lines["dead_letter"].share == pytest.approx(len(DEAD) / rep.events) and lines["dead_letter"].share_of == "events"
+    assert sum(rep.dead_by_code.values()) == len(DEAD)
+    assert (lines["duplicate"].rows, lines["duplicate"].samples) == (DUPLICATES, DUPLICATES)
+    assert (lines["late"].rows, lines["late"].samples) == (len(LATE), len(LATE))
+    assert lines["late"].share == pytest.approx(len(LATE) / samples)
+    assert (lines["orphan"].rows, lines["orphan"].rescore) == (ORPHANS, None)
+    assert lines["orphan"].share == pytest.approx(ORPHANS / samples)
+    assert (lines["spec"].rows, lines["spec"].share) == (0, 0.0) and "cannot exclude" in lines["spec"].note
+
+
+def test_late_events_rescored_as_if_on_time(feed: Feed) -> None:
+    late = next(ln for ln in _audit(feed, V1).lines if ln.reason == "late").rescore
+    assert late is not None and late.paired == len(LATE) and late.changed == len(LATE)
+    assert {c.sample_id: round(c.delta, 9) for c in late.top} == {rid: d for rid, (_, _, d) in LATE.items()}
+    assert late.mean_delta == pytest.approx(sum(d for *_, d in LATE.values()) / len(LATE))
+
+
+def test_duplicates_rescored_by_counting_the_copy(feed: Feed) -> None:
+    dup = next(ln for ln in _audit(feed, V1).lines if ln.reason == "duplicate").rescore
+    assert dup is not None and dup.changed == DUPLICATES
+    assert all(c.delta == pytest.approx(V1.weights.accept) for c in dup.top)
+
+
+def test_broken_call_hole_is_visible_per_checkpoint(feed: Feed) -> None:
+    v1 = {c.checkpoint_id: c for c in _audit(feed, V1).checkpoints}
+    a = v1["ck-a"]
+    assert (a.broken_samples, a.dodges, a.clean_failing) == (BROKEN + DODGES, DODGES, FAILING)
+    assert a.samples == 15 + DODGES and a.broken_share == pytest.approx((BROKEN + DODGES) / a.samples)
+    assert a.broken_contribution == pytest.approx(V1.weights.tool_broken * (BROKEN + DODGES))
+    assert not a.hole and v1["ck-b"].broken_samples == 0 and v1["ck-b"].mean_dodge is None
+    leaky = {c.checkpoint_id: c for c in _audit(feed, LEAKY).checkpoints}["ck-a"]
+    assert leaky.hole and leaky.mean_dodge is not None and leaky.mean_clean_failing is not None
+    assert leaky.mean_dodge > leaky.mean_clean_failing
+
+
+def test_spec_flags() -> None:
+    assert spec_flags(V1) == []
+    flags = spec_flags(LEAKY)
+    assert len(flags) == 2 and "tool_error" in flags[0] and "reject" in flags[1]
+    assert spec_flags(load_spec(bundled_specs_dir() / "v2.toml")) == []
+
+
+def test_empty_stream() -> None:
+    rep = audit_counts(V1, [])
+    assert rep.samples == 0 and all(ln.share == 0.0 for ln in rep.lines) and rep.checkpoints == []
+
+
+@pytest.mark.clickhouse
+def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from rewardflow.cli import audit
+    from rewardflow.cli.rewards import Store
+
+    for k, v in {"REWARDFLOW_CLICKHOUSE_DSN": ch_db.dsn.secret, "REWARDFLOW_HOME": str(tmp_path),
+                 "REWARDFLOW_HORIZONS_S": "[30, 120]", "REWARDFLOW_GRACE_MS": "1000"}.items():
+        monkeypatch.setenv(k, v)
+    store, t = Store(None, ch_db.client), feed.total
+    for table, rows in (("events", t.valid), ("rewards", t.rewards), ("dead_letters", t.dead),
+                        ("late_events", t.late), ("exclusions", t.excluded)):
+        store.insert(table, rows, f"t-{table}")
+    app = typer.Typer()
+    app.command("audit")(audit.command)
+    app.command("other")(lambda: None)
+    res = CliRunner().invoke(app, ["audit", "--spec", "v1", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = orjson.loads(res.stdout)
+    pure = _audit(feed, V1)
+    assert [(ln["reason"], ln["rows"], ln["samples"]) for ln in doc["lines"]] == [(ln.reason, ln.rows, ln.samples) for ln in pure.lines]
+    late = next(ln for ln in doc["lines"] if ln["reason"] == "late")["rescore"]
+    assert late["changed"] == len(LATE)
+    res = CliRunner().invoke(app, ["audit", "--checkpoint", "ck-b", "--strict"])
+    assert res.exit_code == 0, res.output
