@@ -1,6 +1,58 @@
-"""Placeholder, replaced by its owner."""
+"""``rewardflow demo``: the whole loop on local defaults, ending with an A/B report.
+
+1. brings up the project's local Kafka if none answers (jars from the cache);
+2. starts the stream worker (a subprocess) and the ClickHouse sink (this
+   process owns the demo's own chDB directory);
+3. simulates a baseline and a candidate checkpoint through the SDK;
+4. waits until every simulated turn is finalised and written;
+5. stops everything cleanly, prints the A/B report, the reconciliation of
+   counts and the Goodhart alerts, and writes HTML + JSON reports.
+
+Each demo run is isolated: its own topic prefix and chDB directory under
+``$REWARDFLOW_HOME/demo/<run id>/``. Exit code 0 when the counts reconcile.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from rewardflow.settings import load_settings
+
+DEMO_OVERRIDES: dict[str, Any] = {
+    "idle_timeout_s": 1.0,
+    "idle_clock_rate": 600.0,  # after traffic stops, 15 min of horizons pass in ~2 s
+    "partitions": 4,
+}
 
 
-def command() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+def command(
+    sessions: Annotated[int, typer.Option(min=2, help="Sessions to simulate.")] = 300,
+    turns_per_session: Annotated[int, typer.Option(min=1, help="Agent turns per session.")] = 8,
+    seed: Annotated[int, typer.Option(help="Simulation seed.")] = 7,
+    hack: Annotated[str | None, typer.Option(help="Plant a reward hack in the candidate: broken-tools | over-ask.")] = None,
+    noise: Annotated[bool, typer.Option("--noise/--no-noise", help="Plant duplicates, late, orphan and malformed events.")] = True,
+    json_only: Annotated[bool, typer.Option("--json", help="Print the JSON summary only.")] = False,
+    out_dir: Annotated[Path | None, typer.Option(help="Where to write report.html and summary.json.")] = None,
+    timeout_s: Annotated[float, typer.Option(help="Give up waiting for finalisation after this many seconds.")] = 600.0,
+) -> None:
+    """Run the whole loop locally: Kafka, worker, sink, simulated A/B traffic, report."""
+    from rewardflow.demo.runner import DemoRunner
+
+    base = load_settings()
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = base.home / "demo" / run_id
+    settings = load_settings(
+        **DEMO_OVERRIDES,
+        topic_prefix=f"rewardflow.demo-{run_id}.",
+        clickhouse_dsn=f"chdb://{(run_dir / 'chdb').resolve()}",
+    )
+    console = Console(stderr=True)
+    runner = DemoRunner(settings, run_dir, console)
+    code = runner.run(sessions=sessions, turns_per_session=turns_per_session, seed=seed, hack=hack, noise=noise,
+                      json_only=json_only, out_dir=out_dir or run_dir / "report", timeout_s=timeout_s)
+    raise typer.Exit(code)

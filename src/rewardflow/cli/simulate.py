@@ -1,6 +1,180 @@
-"""Placeholder, replaced by its owner."""
+"""``rewardflow simulate``: send realistic, seeded A/B traffic through the producer SDK.
+
+Valid events go through :class:`~rewardflow.client.EventProducer` (batched per
+session); planted malformed records go as raw bytes through a plain
+confluent-kafka producer to the same topic (key = session id, header
+``rf-format: json``), because the SDK refuses invalid events by design.
+
+Ordering: every ``--sync-every-s`` seconds of *event* time, and before each
+planted late event, the SDK and the raw producer are flushed, so records
+reach Kafka in event-time order up to that interval (the SDK's per-session
+batching could otherwise reorder sessions by more than the grace period).
+``--time-scale X`` sends X event-seconds per wall second (0: as fast as
+possible); event times stay realistic either way.
+
+Exit codes: 0 sent, 1 delivery failed, 2 configuration or broker unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rewardflow import topics
+from rewardflow.settings import Settings, load_settings
+from rewardflow.sim.config import SimConfig, ab_config
+from rewardflow.sim.generator import SendGroup, Simulator
+from rewardflow.sim.profiles import HACKS, Hack
+from rewardflow.sim.truth import GroundTruth
+
+WireFormat = Literal["avro", "json"]
+
+_HEADERS: list[tuple[str, str | bytes | None]] = [("rf-format", b"json")]
 
 
-def command() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _check_broker(settings: Settings, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        quiet = logging.getLogger("rewardflow.simulate.librdkafka")  # its retries would bury our one line
+        meta = AdminClient(settings.kafka_client_config(), logger=quiet).list_topics(timeout=5)
+    except Exception as exc:
+        raise _fail(f"no Kafka broker answered at {settings.kafka_bootstrap} ({exc}); start one with `rewardflow kafka up`") from None
+    if topic not in meta.topics:
+        raise _fail(f"topic {topic} does not exist on {settings.kafka_bootstrap}; create the topics first")
+
+
+def _send(sim: Simulator, settings: Settings, fmt: WireFormat, sync_ms: int, console: Console) -> tuple[Any, int]:
+    """Send the whole stream; returns (SDK stats, malformed records sent)."""
+    from confluent_kafka import Producer
+
+    from rewardflow.client import EventProducer, ProducerConfig
+
+    cfg, topic = sim.config, settings.topic(topics.RAW)
+    raw = Producer(settings.kafka_client_config())
+    est_end = cfg.end_of_starts_ms + cfg.turns_per_session * 90_000 + cfg.settle_ms
+    malformed, last_sync, t0 = 0, cfg.start_ms, time.monotonic()
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[sent]:>9,} events"),
+               TextColumn("sim {task.fields[clock]}"), TimeElapsedColumn())
+    with EventProducer(settings, ProducerConfig(wire_format=fmt, block_timeout_s=60.0)) as sdk, \
+            Progress(*columns, console=console) as progress:
+        task = progress.add_task("simulating", total=est_end - cfg.start_ms, sent=0, clock="+0 s")
+
+        def sync() -> None:
+            sdk.flush()
+            raw.flush()
+
+        for g in sim.stream():
+            if cfg.time_scale > 0:
+                time.sleep(max(0.0, t0 + g.send_at_s - time.monotonic()))
+            if g.late or g.due_ms - last_sync >= sync_ms:
+                sync()
+                last_sync = g.due_ms
+            if g.raw is not None:
+                raw.produce(topic, g.raw, g.session_id.encode(), headers=_HEADERS)
+                raw.poll(0)
+                malformed += 1
+            else:
+                for event in g.events:
+                    sdk.emit(event)
+            _advance(progress, task, g, cfg, sim)
+        sync()
+        progress.update(task, completed=est_end - cfg.start_ms)
+        return sdk.flush(), malformed
+
+
+def _advance(progress: Progress, task: Any, g: SendGroup, cfg: SimConfig, sim: Simulator) -> None:
+    progress.update(task, completed=g.due_ms - cfg.start_ms, sent=sim.events_sent,
+                    clock=f"+{(g.due_ms - cfg.start_ms) // 1000:,} s")
+
+
+def summary_table(truth: GroundTruth, sent: int | None, malformed: int | None) -> Table:
+    """Ground truth as printed after a run."""
+    table = Table(title="simulation summary", title_justify="left", show_header=False)
+    rows: list[tuple[str, str]] = []
+    if sent is not None:
+        rows.append(("events sent (SDK, acknowledged)", f"{sent:,}"))
+    rows += [("valid events generated", f"{truth.events_generated:,}"), ("sessions", f"{truth.sessions:,}")]
+    for arm, ck in truth.arms.items():
+        c = truth.checkpoints[ck]
+        rows.append((f"turns {ck} ({arm})", f"{c.turns:,} (+{c.orphan_turns} orphan)"))
+    rows += [("planted duplicates", f"{truth.duplicates:,}"), ("planted late events", f"{truth.late:,}"),
+             ("planted out-of-order", f"{truth.out_of_order:,}"), ("planted orphan turns", f"{truth.orphan_turns:,}"),
+             ("planted malformed", f"{truth.malformed:,}" + (f" (sent {malformed:,})" if malformed is not None else ""))]
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def command(
+    sessions: Annotated[int, typer.Option(min=1, help="Sessions to simulate.")] = 200,
+    turns_per_session: Annotated[int, typer.Option(min=1, help="Agent turns per session.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed: equal seeds give equal traffic.")] = 0,
+    baseline_checkpoint: Annotated[str, typer.Option(help="Checkpoint of the control arm.")] = "ckpt-base",
+    candidate_checkpoint: Annotated[str, typer.Option(help="Checkpoint of the treatment arm.")] = "ckpt-cand",
+    hack: Annotated[str | None, typer.Option(help=f"Plant a reward hack in the candidate: {' | '.join(HACKS)}.")] = None,
+    noise: Annotated[bool, typer.Option("--noise", help="Plant duplicates, out-of-order, late, orphan and malformed events.")] = False,
+    time_scale: Annotated[float, typer.Option(min=0, help="Event seconds sent per wall second; 0 = as fast as possible.")] = 0.0,
+    duration_s: Annotated[float, typer.Option(min=1, help="Session starts spread over this many event seconds.")] = 3600.0,
+    start_ms: Annotated[int | None, typer.Option(help="Event time of the start, epoch ms (default: now).")] = None,
+    wire_format: Annotated[str, typer.Option("--format", help="Wire format of the SDK: avro | json.")] = "avro",
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: REWARDFLOW_KAFKA_BOOTSTRAP).")] = None,
+    sync_every_s: Annotated[float, typer.Option(min=0.1, help="Flush every this many event seconds (keeps event-time order).")] = 10.0,
+    truth_out: Annotated[Path | None, typer.Option(help="Write the ground truth as JSON to this file.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Generate and summarise only; send nothing.")] = False,
+) -> None:
+    """Send seeded A/B traffic (baseline vs candidate checkpoint) and print its ground truth."""
+    if wire_format not in ("avro", "json"):
+        raise _fail(f"--format {wire_format!r}: use avro or json")
+    if hack is not None and hack not in HACKS:
+        raise _fail(f"--hack {hack!r}: use one of {', '.join(HACKS)}")
+    settings = load_settings(**({"kafka_bootstrap": bootstrap} if bootstrap else {}))
+    try:
+        cfg = ab_config(baseline_checkpoint, candidate_checkpoint, hack=_hack(hack), noise=noise, sessions=sessions,
+                        turns_per_session=turns_per_session, seed=seed, time_scale=time_scale, duration_s=duration_s,
+                        start_ms=start_ms if start_ms is not None else int(time.time() * 1000),
+                        grace_ms=settings.grace_ms, lateness_ms=settings.allowed_lateness_ms)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise _fail(f"{'.'.join(str(p) for p in err['loc']) or 'simulation'}: {err['msg']}") from None
+    console = Console(stderr=True)
+    sim = Simulator(cfg)
+    sent: int | None = None
+    malformed: int | None = None
+    if dry_run:
+        for _ in sim.stream():
+            pass
+    else:
+        _check_broker(settings, settings.topic(topics.RAW))
+        from rewardflow.client import ProducerError
+
+        try:
+            fmt: WireFormat = "avro" if wire_format == "avro" else "json"
+            stats, malformed = _send(sim, settings, fmt, int(sync_every_s * 1000), console)
+        except ProducerError as exc:
+            raise _fail(str(exc).splitlines()[0], 1) from None
+        sent = stats.sent
+    Console().print(summary_table(sim.truth, sent, malformed))
+    if truth_out is not None:
+        truth_out.write_bytes(sim.truth.to_json())
+        console.print(f"ground truth written to {truth_out}")
+
+
+def _hack(name: str | None) -> Hack | None:
+    for h in HACKS:
+        if h == name:
+            return h
+    return None

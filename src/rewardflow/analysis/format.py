@@ -1,0 +1,63 @@
+"""Human formatting of metric values and changes (tables, gate reasons, HTML).
+
+Rates print as percentages and their changes in percentage points (``pp``);
+relative changes as signed percentages (``+2.28%``); latencies in ms.
+``nan`` prints as ``n/a``. Contract: pure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rewardflow.analysis.ab import MetricDelta, Unit
+
+
+def fmt_change(value: float, suffix: str, signed: bool = True) -> str:
+    """``value`` with a unit suffix: ``pp``, ``%``, ``ms`` or none."""
+    if math.isnan(value):
+        return "n/a"
+    sign = "+" if signed else ""
+    if suffix == "ms":
+        return f"{value:{sign},.0f} ms"
+    if suffix in ("pp", "%"):
+        return f"{value:{sign}.2f}{' pp' if suffix == 'pp' else '%'}"
+    return f"{value:{sign}.4f}"
+
+
+def fmt_conf(confidence: float) -> str:
+    """``0.95`` → ``95%``, ``0.995`` → ``99.5%``."""
+    return f"{confidence * 100:.4g}%"
+
+
+def fmt_value(value: float, unit: Unit) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if unit == "rate":
+        return f"{value * 100:.2f}%"
+    if unit == "ms":
+        return f"{value:,.0f} ms"
+    return f"{value:.4f}"
+
+
+def delta_suffix(unit: Unit) -> str:
+    return {"rate": "pp", "ms": "ms", "reward": ""}[unit]
+
+
+def fmt_delta(m: MetricDelta) -> str:
+    """Absolute delta, rates in percentage points."""
+    scale = 100.0 if m.unit == "rate" else 1.0
+    return fmt_change(m.delta * scale, delta_suffix(m.unit))
+
+
+def fmt_delta_ci(m: MetricDelta) -> str:
+    scale = 100.0 if m.unit == "rate" else 1.0
+    sfx = delta_suffix(m.unit)
+    return f"[{fmt_change(m.ci_low * scale, sfx)}, {fmt_change(m.ci_high * scale, sfx)}]"
+
+
+def fmt_rel(m: MetricDelta) -> str:
+    return fmt_change(m.rel_delta * 100, "%")
+
+
+def fmt_rel_ci(m: MetricDelta) -> str:
+    return f"[{fmt_change(m.rel_ci_low * 100, '%')}, {fmt_change(m.rel_ci_high * 100, '%')}]"

@@ -1,0 +1,87 @@
+"""Reads of the ClickHouse tables the analysis needs (``rewards``, ``reward_windows``).
+
+Kept in one small module so the analysis never touches a driver. Reads go
+through :func:`rewardflow.clickhouse.connect.open_reader` (a server DSN, a
+free chDB directory, or the read endpoint of the process owning it) and
+return ``pyarrow.Table`` values. Rewards are
+read final-only (``provisional = 0``) and once per ``reward_id``
+(``LIMIT 1 BY``, valid on any table engine); the analysis deduplicates again.
+
+Contract: raises :class:`SourceError` with a one-line, actionable message when
+the database cannot be opened or a table is missing; never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rewardflow.settings import Settings
+
+REWARD_COLUMNS = ("reward_id", "sample_id", "checkpoint_id", "experiment_arm", "surface", "spec_version",
+                  "provisional", "horizon_s", "served_ts", "reward", "latency_ms", "n_edits", "n_dissatisfied",
+                  "n_clarifying", "n_tool_broken", "persisted", "checked")
+WINDOW_COLUMNS = ("window_id", "window_key", "window_start", "window_end", "window_size_s", "checkpoint_id",
+                  "experiment_arm", "surface", "spec_version", "samples", "reward_sum", "turns_dissatisfied",
+                  "persisted", "checked", "latency_hist")
+
+
+class SourceError(RuntimeError):
+    """The reward tables cannot be read (database unavailable, table missing)."""
+
+
+def _query(settings: Settings, sql: str, params: dict[str, Any]) -> Any:
+    from rewardflow.clickhouse.connect import open_reader
+    from rewardflow.clickhouse.errors import ClickHouseError
+
+    try:
+        reader = open_reader(settings)
+    except ClickHouseError as exc:
+        raise SourceError(f"cannot open ClickHouse: {_first_line(exc)}") from None
+    except Exception as exc:  # driver errors vary by backend; report them in one line
+        raise SourceError(f"cannot open ClickHouse at {_redact(settings.dsn)}: {_first_line(exc)}") from None
+    try:
+        return reader.query_arrow(sql, params)
+    except Exception as exc:
+        msg = _first_line(exc)
+        if any(k in msg for k in ("UNKNOWN_TABLE", "Unknown table", "doesn't exist", "does not exist")):
+            msg = msg[:160] + " (create the tables with `rewardflow db migrate`)"
+        raise SourceError(f"query failed: {msg}") from None
+    finally:
+        reader.close()
+
+
+def fetch_rewards(settings: Settings, checkpoints: Sequence[str], spec_version: str | None = None) -> Any:
+    """Final reward rows of ``checkpoints`` (optionally one spec) as a ``pyarrow.Table``."""
+    where = "provisional = 0 AND checkpoint_id IN {ck:Array(String)}"
+    params: dict[str, Any] = {"ck": list(checkpoints)}
+    if spec_version:
+        where += " AND spec_version = {spec:String}"
+        params["spec"] = spec_version
+    sql = f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} LIMIT 1 BY reward_id"
+    return _query(settings, sql, params)
+
+
+def fetch_windows(settings: Settings, checkpoints: Sequence[str], spec_version: str | None = None) -> Any:
+    """Window partials of ``checkpoints`` (one row per ``window_id``) as a ``pyarrow.Table``."""
+    where = "checkpoint_id IN {ck:Array(String)}"
+    params: dict[str, Any] = {"ck": list(checkpoints)}
+    if spec_version:
+        where += " AND spec_version = {spec:String}"
+        params["spec"] = spec_version
+    sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows WHERE {where} LIMIT 1 BY window_id"
+    return _query(settings, sql, params)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or exc.__class__.__name__
+    return text.splitlines()[0][:300]
+
+
+def _redact(dsn: str) -> str:
+    """The DSN without its password."""
+    if "@" in dsn and "://" in dsn:
+        scheme, rest = dsn.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return dsn

@@ -1,0 +1,190 @@
+"""Orchestration of ``rewardflow demo`` (see :mod:`rewardflow.cli.demo`).
+
+Contract: :meth:`DemoRunner.run` blocks until the demo is over and always
+stops what it started (worker, sink, and the local broker if it started it),
+also on errors and Ctrl-C. It returns the process exit code: 0 when the counts
+reconcile, 1 when they do not or finalisation timed out, 2 on setup errors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rewardflow import topics as T
+from rewardflow.demo.reconcile import Counts, expected_counts, reconcile, reconcile_table
+from rewardflow.demo.worker_proc import WorkerProcess
+from rewardflow.settings import Settings
+
+COUNT_SQL = """
+SELECT
+  (SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0 AND spec_version = {spec:String}) AS finalised,
+  (SELECT uniqExact(exclusion_id) FROM exclusions WHERE reason = 'orphan') AS orphans,
+  (SELECT uniqExact(exclusion_id) FROM exclusions WHERE reason = 'duplicate') AS duplicates,
+  (SELECT uniqExact(exclusion_id) FROM late_events) AS late,
+  (SELECT uniqExact(dead_letter_id) FROM dead_letters) AS dead_letters,
+  (SELECT uniqExact(event_id) FROM events) AS events
+"""
+
+
+class DemoRunner:
+    """One isolated demo run under ``run_dir``."""
+
+    def __init__(self, settings: Settings, run_dir: Path, console: Console) -> None:
+        self.settings, self.run_dir, self.console = settings, run_dir, console
+        self.started_broker: Any = None
+        self.worker = WorkerProcess(settings, run_dir / "worker.log")
+        self.sink: Any = None
+        self._stop = threading.Event()
+        self._sink_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def run(self, *, sessions: int, turns_per_session: int, seed: int, hack: str | None, noise: bool,
+            json_only: bool, out_dir: Path, timeout_s: float) -> int:
+        try:
+            self._start()
+            truth = self._simulate(sessions, turns_per_session, seed, hack, noise)
+            expected = expected_counts(truth)
+            counts, done = self._wait(expected, timeout_s)
+            alerts = self._monitor(truth)
+            self._stop_pipeline()
+            return self._report(truth, expected, counts, done, alerts, json_only, out_dir)
+        finally:
+            self._stop_pipeline()
+            if self.started_broker is not None:
+                self.started_broker.down()
+
+    def _start(self) -> None:
+        from rewardflow.cli.run import migrate_db
+        from rewardflow.clickhouse.sink import RewardSink
+        from rewardflow.kafka_local import LocalBroker
+        from rewardflow.kafka_local.admin import metadata_ready
+        from rewardflow.provision import ensure_topics
+
+        s = self.settings
+        if not metadata_ready(s.kafka_bootstrap, timeout=3.0):
+            self.console.print(f"starting the local Kafka broker on {s.kafka_bootstrap} …")
+            broker = LocalBroker(s.home, s.local_kafka_port, s.local_kafka_controller_port, s.partitions)
+            broker.up(timeout=180)
+            self.started_broker = broker
+        ensure_topics(s)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        migrate_db(s)
+        self.sink = RewardSink(s, serve_reads=False)
+        self._sink_thread = threading.Thread(target=self.sink.run, args=(self._stop,), name="demo-sink")
+        self._sink_thread.start()
+        self.worker.start()
+        self.console.print(f"worker pid {self.worker.proc.pid if self.worker.proc else '?'}, "
+                           f"log {self.worker.log_path}; data {self.run_dir}")
+
+    def _stop_pipeline(self) -> None:
+        self.worker.stop()
+        self._stop.set()
+        if self._sink_thread is not None:
+            self._sink_thread.join()
+            self._sink_thread = None
+
+    # ------------------------------------------------------------------ steps
+    def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool) -> Any:
+        from rewardflow.cli.simulate import _hack
+        from rewardflow.cli.simulate import _send as send_simulation
+        from rewardflow.sim.config import ab_config
+        from rewardflow.sim.generator import Simulator
+
+        s = self.settings
+        cfg = ab_config("ckpt-base", "ckpt-cand", hack=_hack(hack), noise=noise, sessions=sessions,
+                        turns_per_session=turns, seed=seed, start_ms=int(time.time() * 1000),
+                        grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
+        sim = Simulator(cfg)
+        send_simulation(sim, s, "avro", 10_000, self.console)
+        return sim.truth
+
+    def _counts(self) -> Counts:
+        from rewardflow.clickhouse.connect import get_client
+
+        spec = self._spec_version()
+        row = get_client(dsn=self.settings.dsn).query(COUNT_SQL, parameters={"spec": spec}).result_rows[0]
+        return Counts(*[int(x) for x in row])
+
+    def _spec_version(self) -> str:
+        from rewardflow.rewards.registry import active_specs
+
+        return active_specs(self.settings)[0].version
+
+    def _wait(self, expected: Counts, timeout_s: float) -> tuple[Counts, bool]:
+        total = expected.finalised + expected.orphans
+        deadline = time.monotonic() + timeout_s
+        columns = (TextColumn("[bold]finalising"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} turns"),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=self.console) as progress:
+            task = progress.add_task("wait", total=total)
+            while True:
+                counts = self._counts()
+                progress.update(task, completed=counts.finalised + counts.orphans)
+                if counts.covers(expected):
+                    time.sleep(self.settings.sink_batch_seconds + 0.5)  # let stragglers land
+                    return self._counts(), True
+                if time.monotonic() > deadline or not self.worker.alive:
+                    if not self.worker.alive:
+                        self.console.print(f"[red]the worker exited; see {self.worker.log_path}")
+                    return counts, False
+                time.sleep(1.0)
+
+    def _monitor(self, truth: Any) -> list[Any]:
+        """Evaluate Goodhart monitors over the closed windows; publish alerts to the alerts topic."""
+        from confluent_kafka import Producer
+
+        from rewardflow.analysis.goodhart import alert_messages, evaluate_windows
+        from rewardflow.analysis.source import fetch_windows
+
+        baseline, candidate = "ckpt-base", "ckpt-cand"
+        windows = fetch_windows(self.settings, [baseline, candidate], self._spec_version())
+        alerts = evaluate_windows(windows.to_pylist(), baseline)
+        if alerts:
+            producer = Producer(self.settings.kafka_client_config())
+            for key, value in alert_messages(alerts):
+                producer.produce(self.settings.topic(T.ALERTS), value, key)
+            producer.flush(30)
+            time.sleep(self.settings.sink_batch_seconds + 1.0)
+        return alerts
+
+    def _report(self, truth: Any, expected: Counts, counts: Counts, done: bool, alerts: list[Any],
+                json_only: bool, out_dir: Path) -> int:
+        from rewardflow.analysis.ab import compare
+        from rewardflow.analysis.render import report_table
+        from rewardflow.analysis.report_html import write_report
+        from rewardflow.analysis.source import fetch_rewards, fetch_windows
+
+        spec = self._spec_version()
+        rows = fetch_rewards(self.settings, ["ckpt-base", "ckpt-cand"], spec)
+        report = compare(rows, "ckpt-base", "ckpt-cand", spec_version=spec)
+        windows = fetch_windows(self.settings, ["ckpt-base", "ckpt-cand"], spec)
+        html, js = write_report(report, windows, out_dir)
+        checks = reconcile(expected, counts)
+        ok = done and all(c.ok for c in checks)
+        summary = {"ok": ok, "report": report.to_dict(), "reconciliation": [c.__dict__ for c in checks],
+                   "alerts": alerts, "truth": truth.to_dict(), "html": str(html), "json": str(js),
+                   "data_dir": str(self.run_dir)}
+        (out_dir / "demo-summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+        if json_only:
+            print(orjson.dumps(summary, option=orjson.OPT_NON_STR_KEYS).decode())
+            return 0 if ok else 1
+        out = Console()
+        out.print(report_table(report))
+        out.print(reconcile_table(checks))
+        if alerts:
+            out.print(f"[bold red]{len(alerts)} Goodhart alert(s):")
+            for a in alerts:
+                out.print(f"  {a['monitor']} on {a['checkpoint_id']}: {a['message']}")
+        else:
+            out.print("Goodhart monitors: no alerts")
+        out.print(f"HTML report: {html}\nJSON summary: {js}")
+        if not done:
+            out.print("[red]not every simulated turn was finalised in time")
+        return 0 if ok else 1

@@ -1,0 +1,142 @@
+"""How a simulated checkpoint behaves: the true parameters behind its traffic.
+
+A :class:`CheckpointProfile` is plain, validated data. The generator draws
+every turn of a checkpoint from it, so the profile *is* the ground truth the
+A/B analysis should recover (up to sampling noise).
+
+Probabilities are per turn unless named otherwise. ``persistence[h]`` is the
+probability that an edit is still persisted (survival score >= 0.5, the core's
+threshold) at horizon ``h`` seconds; it must not increase with ``h``, and an
+edit that stops persisting never persists again.
+
+Contract: pure, no I/O. :func:`plant_hack` returns a modified copy and never
+mutates its input.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from statistics import NormalDist
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+Hack = Literal["broken-tools", "over-ask"]
+HACKS: tuple[Hack, ...] = ("broken-tools", "over-ask")
+
+# Published A/B results the default candidate is built from (relative changes).
+PUBLISHED_PERSISTENCE = 0.0228
+PUBLISHED_DISSATISFIED = -0.0313
+PUBLISHED_LATENCY = -0.103
+
+
+class LogNormal(BaseModel):
+    """A lognormal distribution given by its median and log-space sigma."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0, le=3)
+
+    def sample(self, rng: random.Random, scale: float = 1.0) -> float:
+        return self.median * scale * math.exp(self.sigma * rng.gauss(0.0, 1.0))
+
+    def quantile(self, q: float, scale: float = 1.0) -> float:
+        """Exact quantile ``q`` in (0, 1) of ``scale`` × this distribution."""
+        return self.median * scale * math.exp(self.sigma * NormalDist().inv_cdf(q))
+
+    def scaled(self, factor: float) -> LogNormal:
+        return LogNormal(median=self.median * factor, sigma=self.sigma)
+
+
+class CheckpointProfile(BaseModel):
+    """True behaviour of one checkpoint. Defaults describe a plausible baseline."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    checkpoint_id: str = Field(min_length=1, max_length=128)
+    persistence: dict[int, Rate] = Field(
+        default_factory=lambda: {30: 0.93, 120: 0.88, 300: 0.82, 600: 0.77, 900: 0.74},
+        description="P(edit persisted at horizon h s); non-increasing in h",
+    )
+    hard_persistence_factor: Rate = Field(default=0.6, description="× persistence on hard turns")
+    edit_rate: Rate = Field(default=0.8, description="P(edits | the turn neither asks nor breaks)")
+    max_edits: int = Field(default=3, ge=1, le=20, description="edits per editing turn: uniform 1..max (tab: 1)")
+    accept_rate: Rate = Field(default=0.55, description="P(accept | edits)")
+    reject_rate: Rate = Field(default=0.15, description="P(reject | edits)")
+    undo_rate: Rate = Field(default=0.03, description="P(undo | edits)")
+    revert_rate: Rate = Field(default=0.02, description="P(revert | edits)")
+    hard_action_shift: float = Field(default=3.0, ge=1, le=10,
+                                     description="hard turns: accept ÷ this; reject, undo, revert × this")
+    dissatisfied_rate: Rate = Field(default=0.12, description="P(dissatisfied follow-up)")
+    hard_dissatisfied_factor: float = Field(default=2.5, ge=0, le=10,
+                                            description="× dissatisfied rate on hard turns the checkpoint attempts")
+    followup_rate: Rate = Field(default=0.25, description="P(neutral follow-up | not dissatisfied)")
+    ttft: LogNormal = LogNormal(median=700.0, sigma=0.5)
+    latency: LogNormal = Field(default=LogNormal(median=9_000.0, sigma=0.6), description="total ms on the agent surface")
+    completion_tokens: LogNormal = LogNormal(median=400.0, sigma=0.8)
+    prompt_tokens: LogNormal = LogNormal(median=6_000.0, sigma=0.6)
+    tool_calls_mean: float = Field(default=1.5, ge=0, le=50, description="mean tool calls of an agent turn")
+    tool_error_rate: Rate = Field(default=0.05, description="P(error) per tool call")
+    tool_broken_rate: Rate = Field(default=0.01, description="P(broken) per tool call")
+    clarifying_rate: Rate = Field(default=0.04, description="P(the turn asks a clarifying question instead of editing)")
+    hard_broken_rate: Rate = Field(default=0.0, description="hack: P(on a hard turn, emit broken calls and no edit)")
+    hard_clarify_rate: Rate = Field(default=0.0, description="hack: P(on a hard turn, ask instead of editing)")
+
+    @field_validator("persistence")
+    @classmethod
+    def _monotone(cls, v: dict[int, float]) -> dict[int, float]:
+        if not v or any(h <= 0 for h in v):
+            raise ValueError("persistence needs at least one positive horizon")
+        ordered = [v[h] for h in sorted(v)]
+        if any(b > a for a, b in zip(ordered, ordered[1:], strict=False)):
+            raise ValueError("persistence must not increase with the horizon")
+        return {h: v[h] for h in sorted(v)}
+
+    @property
+    def horizons_s(self) -> tuple[int, ...]:
+        return tuple(self.persistence)
+
+    @property
+    def final_persistence(self) -> float:
+        return self.persistence[self.horizons_s[-1]]
+
+
+def baseline_profile(checkpoint_id: str) -> CheckpointProfile:
+    """The default production checkpoint."""
+    return CheckpointProfile(checkpoint_id=checkpoint_id)
+
+
+def candidate_profile(checkpoint_id: str, base: CheckpointProfile | None = None) -> CheckpointProfile:
+    """``base`` improved by the published A/B figures.
+
+    Persistence at every horizon × (1 + 2.28 %), dissatisfied follow-ups
+    × (1 − 3.13 %), ttft and total latency medians × (1 − 10.3 %).
+    """
+    b = base or baseline_profile(checkpoint_id)
+    return b.model_copy(update={
+        "checkpoint_id": checkpoint_id,
+        "persistence": {h: min(1.0, p * (1 + PUBLISHED_PERSISTENCE)) for h, p in b.persistence.items()},
+        "dissatisfied_rate": b.dissatisfied_rate * (1 + PUBLISHED_DISSATISFIED),
+        "ttft": b.ttft.scaled(1 + PUBLISHED_LATENCY),
+        "latency": b.latency.scaled(1 + PUBLISHED_LATENCY),
+    })
+
+
+def plant_hack(profile: CheckpointProfile, hack: Hack) -> CheckpointProfile:
+    """A copy of ``profile`` with a reward hack planted.
+
+    * ``broken-tools``: on hard turns the checkpoint usually emits broken tool
+      calls and makes no edit (dodging the risk of a rejected edit).
+    * ``over-ask``: it asks clarifying questions far more often, mostly on hard
+      turns, so its edit rate falls. Asking dodges the rejects and dissatisfied
+      follow-ups of failed hard edits, so under a spec that does not price
+      questions (``v1``) the reward can hold or rise while the edit rate falls.
+    """
+    if hack == "broken-tools":
+        return profile.model_copy(update={"hard_broken_rate": 0.7})
+    if hack == "over-ask":
+        return profile.model_copy(update={
+            "clarifying_rate": min(1.0, profile.clarifying_rate + 0.03), "hard_clarify_rate": 0.8,
+        })
+    raise ValueError(f"unknown hack {hack!r}; expected one of {', '.join(HACKS)}")

@@ -1,0 +1,35 @@
+"""``rewardflow simulate --dry-run``: the printed summary and the ground-truth file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from typer.testing import CliRunner
+
+from rewardflow.cli.main import app
+from rewardflow.sim import ab_config, ground_truth
+
+runner = CliRunner()
+
+
+def test_dry_run_writes_the_ground_truth(tmp_path: Path) -> None:
+    out = tmp_path / "truth.json"
+    args = ["simulate", "--dry-run", "--sessions", "12", "--turns-per-session", "3", "--seed", "4", "--noise",
+            "--hack", "over-ask", "--start-ms", "1800000000000", "--truth-out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "planted duplicates" in result.stdout
+    truth = orjson.loads(out.read_bytes())
+    expected = ground_truth(ab_config(sessions=12, turns_per_session=3, seed=4, noise=True, hack="over-ask",
+                                      start_ms=1_800_000_000_000, duration_s=3600.0))
+    assert truth == orjson.loads(expected.to_json())
+    assert sum(truth["turns_per_checkpoint"].values()) + truth["orphan_turns"] == 36
+
+
+def test_bad_options_exit_2() -> None:
+    for args, needle in ((["--hack", "nope"], "--hack"), (["--format", "xml"], "--format"),
+                         (["--baseline-checkpoint", "a", "--candidate-checkpoint", "a"], "distinct")):
+        result = runner.invoke(app, ["simulate", "--dry-run", *args])
+        assert result.exit_code == 2, args
+        assert needle in result.stderr
