@@ -14,6 +14,7 @@ import orjson
 
 from rewardflow.core.records import DeadLetter, EventRow, Exclusion, RewardRecord, WindowAggregate, stable_id
 from rewardflow.events.models import Envelope
+from rewardflow.events.validate import shown
 
 
 @dataclass(slots=True)
@@ -42,8 +43,8 @@ def dead_letter(topic: str, partition: int, offset: int, index: int, code: str, 
         dead_letter_id=stable_id(topic, partition, offset, index),
         source_topic=topic, source_partition=partition, source_offset=offset, index=index,
         reason_code=code, reason=reason[:1000],
-        event_type=str(raw.get("event_type", ""))[:64], event_id=str(raw.get("event_id", ""))[:128],
-        session_id=str(raw.get("session_id", ""))[:128],
+        event_type=shown(raw.get("event_type", ""), 64), event_id=shown(raw.get("event_id", ""), 128),
+        session_id=shown(raw.get("session_id", ""), 128),
         original_b64=base64.b64encode(original or b"").decode(), dead_lettered_at=now_ms,
     )
 

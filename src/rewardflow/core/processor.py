@@ -36,7 +36,7 @@ from rewardflow.core.session import SessionState, Tombstone
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.windows import WindowBook, window_start
 from rewardflow.events.errors import DecodeError
-from rewardflow.events.models import Envelope
+from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
 from rewardflow.events.wire import FORMAT_HEADER, decode_record
 from rewardflow.rewards.score import score
@@ -73,8 +73,12 @@ class PartitionProcessor:
             self.rebuild(offset, out)
         cache: dict[str, SessionState] = {}
         if record_format(headers) == TICK:
-            target = int(orjson.loads(value or b"{}").get("wm", -_NEVER))
-            self.wm = max(self.wm, target)
+            target = _tick_wm(value)
+            if target is None:
+                out.dead.append(dead_letter(self.topic, self.partition, offset, -1, "bad_tick",
+                                            'a tick value must be {"wm": <int ms>}', None, value, now_ms))
+            else:
+                self.wm = max(self.wm, target)
             by = "idle"
         else:
             self.last_event_wall = now_ms
@@ -98,7 +102,7 @@ class PartitionProcessor:
         for r in rejected:
             raw = r.raw if isinstance(r.raw, dict) else None
             out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, str(r.error),
-                                        raw, orjson.dumps(r.raw, default=str), now_ms))
+                                        raw, _event_json(r.raw, value), now_ms))
         if not events:
             return
         valid_idx = [i for i in range(len(raws)) if i not in {r.index for r in rejected}] if rejected else range(len(raws))
@@ -123,10 +127,12 @@ class PartitionProcessor:
             out.late.append(exclusion("late", ev, raw, _ckpt(st.done[rid]), self.wm, self.partition, offset, idx))
             return
         turn = st.turns.get(rid)
+        # too old to start a turn; a served event that old is late even for an open turn, because
+        # its served_ts could fall in a window that is already closed
+        if ev.ts + self.cfg.settle_ms < self.wm and (turn is None or isinstance(ev, InferenceServed)):
+            out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
+            return
         if turn is None:
-            if ev.ts + self.cfg.settle_ms < self.wm:
-                out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
-                return
             turn = st.turns[rid] = TurnState.start(ev)
         turn.apply(ev)
         if turn.served is not None:
@@ -290,8 +296,27 @@ def record_format(headers: Any) -> str | None:
     items = headers.items() if isinstance(headers, dict) else headers
     for k, v in items:
         if k == FORMAT_HEADER:
-            return v.decode() if isinstance(v, bytes) else str(v)
+            return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
     return None
+
+
+def _tick_wm(value: bytes | None) -> int | None:
+    """The watermark a tick record carries, or None when it is not ``{"wm": <int>}``."""
+    try:
+        obj = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    wm = obj.get("wm") if isinstance(obj, dict) else None
+    return wm if isinstance(wm, int) and not isinstance(wm, bool) else None
+
+
+def _event_json(raw: Any, record: bytes | None) -> bytes:
+    """A rejected event as JSON for its dead letter; the whole record's bytes when orjson cannot
+    write it (nested deeper than its limit of 255, which a JSON record of up to 1024 levels can be)."""
+    try:
+        return orjson.dumps(raw, default=str)
+    except TypeError:  # orjson.JSONEncodeError
+        return record or b""
 
 
 def _window_from_obj(w: dict[str, Any]) -> WindowAggregate:

@@ -57,11 +57,15 @@ class SessionState:
     def prune(self, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int) -> None:
         """Drop seen ids and tombstones that can no longer matter.
 
-        A tombstone goes once it is older than ``keep_done_ms`` *and* every
-        window containing its turn is closed (``served_ts < closed_through``).
+        A seen id goes once older than ``dedup_ms``, but not while a turn of
+        the session that could hold its event is open. A tombstone goes once
+        it is older than ``keep_done_ms`` *and* every window containing its
+        turn is closed (``served_ts < closed_through``).
         """
         if self.seen:
             limit = wm - dedup_ms
+            if self.turns:  # an open turn's events must stay known, or a resend would count twice
+                limit = min(limit, min(t.first_ts for t in self.turns.values()))
             self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
         if self.done:
             limit = wm - keep_done_ms

@@ -10,6 +10,7 @@ JSON-able values (for the changelog).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,7 +142,7 @@ class TurnState:
             if scores:
                 checked[h] = len(scores)
                 persisted[h] = sum(1 for x in scores if x >= PERSISTED_THRESHOLD)
-                persistence[h] = sum(scores) / len(scores)
+                persistence[h] = math.fsum(scores) / len(scores)  # exact sum: independent of arrival order
         return TurnOutcome(
             request_id=self.request_id, session_id=self.session_id, org_id=self.org_id,
             checkpoint_id=s["checkpoint_id"], experiment_arm=s["experiment_arm"], surface=s["surface"],

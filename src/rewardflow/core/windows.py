@@ -20,6 +20,10 @@ from rewardflow.core.histogram import LogHistogram
 from rewardflow.core.records import RewardRecord, WindowAggregate, stable_id
 
 
+_UNIT = 10**12  # reward sums are kept in exact integer units of 1e-12
+_UNIT_SQ = _UNIT * _UNIT
+
+
 def window_start(ts: int, size_ms: int) -> int:
     return ts - ts % size_ms
 
@@ -53,11 +57,17 @@ class WindowAccumulator:
     persisted: dict[int, int] = field(default_factory=dict)
     checked: dict[int, int] = field(default_factory=dict)
     latency: LogHistogram = field(default_factory=LogHistogram)
+    # Sums in exact integer units of 1e-12 (rewards are rounded to 12 decimals): a float running sum
+    # depends on the order of addition, and a rebuilt accumulator adds in another order.
+    _units: list[int] = field(default_factory=lambda: [0, 0])
 
     def add(self, r: RewardRecord) -> None:
         self.samples += 1
-        self.reward_sum += r["reward"]
-        self.reward_sq_sum += r["reward"] * r["reward"]
+        u = round(r["reward"] * _UNIT)
+        self._units[0] += u
+        self._units[1] += u * u
+        self.reward_sum = self._units[0] / _UNIT
+        self.reward_sq_sum = self._units[1] / _UNIT_SQ
         self.turns_with_edit += r["n_edits"] > 0
         self.turns_dissatisfied += r["n_dissatisfied"] > 0
         self.turns_followup += r["n_followups"] > 0

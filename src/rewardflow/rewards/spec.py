@@ -28,16 +28,16 @@ class RewardWeights(BaseModel):
     """Weight of each component. A component's value is weight × its feature."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    persistence: float = Field(1.0, description="× mean survival score at the final horizon (turns with checked edits)")
-    accept: float = Field(0.5, description="× accept actions")
-    reject: float = Field(-0.5, description="× reject actions")
-    undo: float = Field(-0.5, description="× undo actions")
-    revert: float = Field(-1.0, description="× revert actions")
-    dissatisfied: float = Field(-1.0, description="× dissatisfied follow-ups")
-    latency_per_s: float = Field(-0.02, description="× total latency in seconds")
-    tool_broken: float = Field(-0.5, description="× broken tool calls; must be < 0 (never dropped)")
-    tool_error: float = Field(-0.1, description="× tool calls that errored")
-    clarifying: float = Field(0.0, description="× clarifying questions asked")
+    persistence: float = Field(default=1.0, description="× mean survival score at the final horizon (turns with checked edits)")
+    accept: float = Field(default=0.5, description="× accept actions")
+    reject: float = Field(default=-0.5, description="× reject actions")
+    undo: float = Field(default=-0.5, description="× undo actions")
+    revert: float = Field(default=-1.0, description="× revert actions")
+    dissatisfied: float = Field(default=-1.0, description="× dissatisfied follow-ups")
+    latency_per_s: float = Field(default=-0.02, description="× total latency in seconds")
+    tool_broken: float = Field(default=-0.5, description="× broken tool calls; must be < 0 (never dropped)")
+    tool_error: float = Field(default=-0.1, description="× tool calls that errored")
+    clarifying: float = Field(default=0.0, description="× clarifying questions asked")
 
     @field_validator("tool_broken")
     @classmethod

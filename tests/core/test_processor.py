@@ -1,0 +1,595 @@
+"""PartitionProcessor: event-time join, lateness, dedup, orphans, dead letters, state expiry."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewardflow.core.config import DictStore
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.turn import TurnState
+from rewardflow.events.validate import validate_event
+from rewardflow.rewards.score import score
+from tests.core.feed import CFG, JSON_H, SPECS, TICK_H, Feed, avro_record, json_record
+from tests.factories import T0, ev, turn
+
+HZ = (30, 120)
+SETTLE = CFG.settle_ms  # 121_000
+ANCHOR = T0 + 1000  # factories.turn: served at T0, edit at T0 + 1 s
+DEADLINE = ANCHOR + SETTLE
+
+TIMING_FIELDS = ("finalised_wm", "finalised_by")  # when and how a turn was finalised, not what
+
+
+def expected_reward(raws: list[dict[str, Any]], spec_index: int = 0) -> dict[str, Any]:
+    """The final reward computed directly from a turn's events, ignoring when it was finalised."""
+    events = [validate_event(r) for r in raws]
+    state = TurnState.start(events[0])
+    for e in events:
+        state.apply(e)
+    rec = dict(score(state.outcome(list(HZ), HZ[-1], provisional=False, wm=0, by=""), SPECS[spec_index]))
+    for k in TIMING_FIELDS:
+        rec.pop(k)
+    return rec
+
+
+def strip_timing(rec: Any) -> dict[str, Any]:
+    d = dict(rec)
+    for k in TIMING_FIELDS:
+        d.pop(k)
+    return d
+
+
+# ---------------------------------------------------------------- join and event time
+
+def test_complete_turn_in_order_gives_one_final_reward_per_spec() -> None:
+    f = Feed()
+    for e in turn("r1", horizons=HZ):
+        f.send(e)
+    assert f.final() == []
+    out = f.tick(DEADLINE)
+    finals = [r for r in out.rewards if not r["provisional"]]
+    assert sorted(r["spec_version"] for r in finals) == ["v1", "v2"]
+    v1 = next(r for r in finals if r["spec_version"] == "v1")
+    assert v1["finalised_wm"] == DEADLINE and v1["finalised_by"] == "idle"
+    assert strip_timing(v1) == expected_reward(turn("r1", horizons=HZ))
+    assert v1["n_edits"] == 1 and v1["persisted"] == {30: 1, 120: 1} and v1["n_accept"] == 1
+    assert len(f.total.valid) == 6
+
+
+def test_watermark_is_max_event_time_minus_lateness_and_never_goes_back() -> None:
+    f = Feed()
+    f.send(ev("FollowUp", "a", ts=T0 + 10_000))
+    assert f.proc.wm == T0 + 10_000 - CFG.lateness_ms
+    f.send(ev("FollowUp", "a", ts=T0))
+    f.tick(T0)  # a tick behind the watermark does not move it back
+    assert f.proc.wm == T0 + 10_000 - CFG.lateness_ms
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), spec_index=st.sampled_from([0, 1]))
+def test_any_arrival_order_before_the_deadline_gives_the_correct_outcome(data: st.DataObject, spec_index: int) -> None:
+    target = turn("r1", horizons=HZ, survival=data.draw(st.sampled_from([0.1, 0.9]))) + [
+        ev("ToolCall", "r1", ts=T0 + 700, status="broken", call_id="c9"),
+        ev("FollowUp", "r1", ts=T0 + 60_000, dissatisfied=True),
+        ev("ClarifyingQuestion", "r1", ts=T0 + 300),
+    ]
+    # another session drives the watermark up to 50 s past some of r1's events, never past its deadline
+    other = turn("q1", session_id="s2", ts=T0 + data.draw(st.integers(0, 20_000)), horizons=(30,))
+    arrival = data.draw(st.permutations(target + other))
+    f = Feed()
+    batch = data.draw(st.integers(1, 4))
+    for i in range(0, len(arrival), batch):
+        f.send(*arrival[i:i + batch])
+    assert f.total.late == [] and f.total.excluded == []
+    f.tick(T0 + 10**6)
+    (got,) = [r for r in f.final(SPECS[spec_index].version) if r["sample_id"] == "r1"]
+    assert strip_timing(got) == expected_reward(target, spec_index)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_disorder_within_lateness_loses_nothing(seed: int) -> None:
+    """Events delayed by less than the allowed lateness are never late, and every turn is exact."""
+    rng = random.Random(seed)
+    turns = {f"r{i}": turn(f"r{i}", session_id=f"s{i % 3}", ts=T0 + rng.randrange(0, 200_000), horizons=HZ,
+                           survival=rng.random()) for i in range(8)}
+    events = [e for evs in turns.values() for e in evs]
+    arrival = sorted(events, key=lambda e: e["ts"] + rng.randrange(CFG.lateness_ms))
+    f = Feed()
+    i = 0
+    while i < len(arrival):
+        n = rng.randint(1, 3)
+        f.send(*arrival[i:i + n])
+        i += n
+    f.tick(T0 + 10**6)
+    assert f.total.late == [] and f.total.excluded == []
+    got = {r["sample_id"]: strip_timing(r) for r in f.final()}
+    assert got == {rid: expected_reward(evs) for rid, evs in turns.items()}
+
+
+def test_event_older_than_watermark_still_counts_while_its_turn_is_open() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=HZ)[:2])
+    f.send(ev("FollowUp", "other", session_id="s2", ts=T0 + 100_000))  # wm jumps to T0 + 99.5 s
+    out = f.send(ev("FollowUp", "r1", ts=T0 + 5000, dissatisfied=True))  # 94.5 s behind the watermark
+    assert len(out.valid) == 1 and out.late == []
+    f.tick(DEADLINE)
+    assert f.final()[0]["n_dissatisfied"] == 1
+
+
+# ---------------------------------------------------------------- no early conclusion
+
+def test_nothing_final_is_concluded_before_anchor_plus_last_horizon_plus_grace() -> None:
+    f = Feed()
+    for e in turn("r1", horizons=(30,)):  # served, edit, tool, accept, check at 30 s (no 120 s check yet)
+        f.send(e)
+    f.tick(DEADLINE - 1)
+    assert f.final() == [] and f.total.excluded == []
+    provisional = [r for r in f.total.rewards if r["spec_version"] == "v1"]
+    assert [(r["provisional"], r["horizon_s"]) for r in provisional] == [(1, 30)]
+    assert provisional[0]["n_dissatisfied"] == 0 and 120 not in provisional[0]["checked"]
+    # just before the deadline: the 120 s check and a dissatisfied follow-up still count
+    late_but_in_time = f.send(
+        ev("PersistenceCheck", "r1", ts=DEADLINE - 2, edit_id="r1-ed", horizon_s=120, survival_score=0.8),
+        ev("FollowUp", "r1", ts=DEADLINE - 1, dissatisfied=True),
+    )
+    assert len(late_but_in_time.valid) == 2 and late_but_in_time.late == []
+    assert f.final() == []
+    out = f.tick(DEADLINE)
+    (final,) = [r for r in out.rewards if r["spec_version"] == "v1"]
+    assert final["provisional"] == 0 and final["horizon_s"] == 120
+    assert final["n_dissatisfied"] == 1
+    assert final["persisted"] == {30: 1, 120: 1} and final["persistence"][120] == 0.8
+
+
+def test_an_event_that_moves_the_watermark_past_the_deadline_is_counted_first() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=(30,)))
+    out = f.send(ev("FollowUp", "r1", ts=DEADLINE + CFG.lateness_ms, dissatisfied=True))
+    (final,) = [r for r in out.rewards if r["spec_version"] == "v1" and not r["provisional"]]
+    assert final["n_dissatisfied"] == 1
+
+
+def test_a_new_edit_moves_the_anchor_and_so_the_deadline() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=HZ))
+    f.send(ev("AgentEdit", "r1", ts=T0 + 50_000, edit_id="second"))
+    f.tick(DEADLINE)
+    assert f.final() == []
+    f.tick(T0 + 50_000 + SETTLE - 1)
+    assert f.final() == []
+    f.tick(T0 + 50_000 + SETTLE)
+    assert f.final()[0]["n_edits"] == 2
+
+
+def test_provisional_outcomes_once_per_horizon_and_off_when_disabled() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=HZ))
+    f.tick(ANCHOR + 31_000)
+    f.tick(ANCHOR + 40_000)
+    f.tick(DEADLINE)
+    v1 = [(r["provisional"], r["horizon_s"]) for r in f.total.rewards if r["spec_version"] == "v1"]
+    assert v1 == [(1, 30), (0, 120)]
+    ids = {r["reward_id"] for r in f.total.rewards}
+    assert len(ids) == len(f.total.rewards)
+
+    g = Feed(cfg=replace(CFG, provisional=False))
+    g.send(*turn("r1", horizons=HZ))
+    g.tick(ANCHOR + 31_000)
+    g.tick(DEADLINE)
+    assert [r["provisional"] for r in g.total.rewards] == [0, 0]
+
+
+# ---------------------------------------------------------------- late events
+
+def test_late_events_are_routed_and_counted_after_finalisation() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=HZ))
+    f.tick(DEADLINE)
+    (final,) = f.final()
+    late_fu = ev("FollowUp", "r1", ts=DEADLINE - 10, dissatisfied=True)
+    out = f.send(late_fu)
+    assert out.valid == [] and out.rewards == []
+    (row,) = out.late
+    assert row["reason"] == "late" and row["event_id"] == late_fu["event_id"]
+    assert row["checkpoint_id"] == "ck-a" and row["request_id"] == "r1" and row["watermark"] == DEADLINE
+    # a turn too old to start is late too, with no checkpoint known
+    out = f.send(ev("InferenceServed", "old", ts=DEADLINE - SETTLE - 1))
+    assert [(r["reason"], r["checkpoint_id"]) for r in out.late] == [("late", "")]
+    f.tick(DEADLINE + 10 * SETTLE)
+    assert f.final() == [final]  # never revised
+    assert len(f.total.late) == 2
+
+
+def test_an_event_exactly_at_the_start_limit_still_opens_a_turn() -> None:
+    f = Feed()
+    f.tick(T0 + SETTLE)
+    out = f.send(ev("InferenceServed", "edge", ts=T0))
+    assert len(out.valid) == 1 and out.late == []
+    assert [r["sample_id"] for r in out.rewards] == ["edge", "edge"]
+
+
+# ---------------------------------------------------------------- duplicates and redelivery
+
+def test_client_resend_is_a_duplicate_but_redelivery_of_the_same_record_is_not() -> None:
+    f = Feed()
+    served, edit, tool = turn("r1", horizons=HZ)[:3]
+    broken = ev("ToolCall", "r1", ts=T0 + 10, status="broken", call_id="b")
+    value, headers = json_record(served, edit, broken)
+    first = f.record(value, headers)  # offset 0
+    assert len(first.valid) == 3
+    again = f.record(value, headers, offset=0)  # the same record redelivered
+    assert again.excluded == [] and again.late == [] and again.rewards == []
+    resend = f.send(broken)  # offset 1: a client resend of the same event
+    assert [(x["reason"], x["event_id"]) for x in resend.excluded] == [("duplicate", broken["event_id"])]
+    assert resend.valid == []
+    twice_in_batch = f.send(tool, tool)
+    assert len(twice_in_batch.valid) == 1 and [x["reason"] for x in twice_in_batch.excluded] == ["duplicate"]
+    # same duplicate again at another offset: a distinct exclusion id
+    resend2 = f.send(broken)
+    assert resend2.excluded[0]["exclusion_id"] != resend.excluded[0]["exclusion_id"]
+    f.tick(DEADLINE)
+    (final,) = f.final()
+    assert final["n_tool_calls"] == 2 and final["n_tool_broken"] == 1
+
+
+def test_redelivery_reemits_the_same_rows_without_reapplying() -> None:
+    """At-least-once: a redelivered record reproduces its rows (equal ids), never double counts."""
+    f = Feed()
+    value, headers = json_record(*turn("r1", horizons=HZ)[:2], {"event_type": "FollowUp"})
+    first = f.record(value, headers, offset=7)
+    again = f.record(value, headers, offset=7)
+    assert again.valid == first.valid and again.dead == first.dead
+    assert f.proc.wm == T0 + 1000 - CFG.lateness_ms
+    f.tick(DEADLINE)
+    assert f.final()[0]["n_edits"] == 1
+
+
+# ---------------------------------------------------------------- orphans
+
+def test_turn_without_served_is_held_until_grace_then_reported_once() -> None:
+    f = Feed()
+    f.send(ev("AgentEdit", "orph", ts=T0, edit_id="x"), ev("FollowUp", "orph", ts=T0 + 5000))
+    f.tick(T0 + SETTLE - 1)
+    assert f.total.excluded == []
+    out = f.tick(T0 + SETTLE)
+    (row,) = out.excluded
+    assert row["reason"] == "orphan" and row["request_id"] == "orph" and row["checkpoint_id"] == ""
+    assert orjson.loads(row["payload"]) == {"edits": 1, "counts": {"followups": 1}}
+    assert out.rewards == []
+    f.tick(T0 + 3 * SETTLE)
+    assert len(f.total.excluded) == 1
+    late = f.send(ev("InferenceServed", "orph", ts=T0 + 6000))
+    assert [r["reason"] for r in late.late] == ["late"] and late.rewards == []
+
+
+def test_served_arriving_before_the_deadline_rescues_a_would_be_orphan() -> None:
+    f = Feed()
+    f.send(ev("AgentEdit", "r", ts=T0 + 1000, edit_id="x"))
+    f.tick(T0 + 1000 + SETTLE - 1)
+    f.send(ev("InferenceServed", "r", ts=T0 + 1000))  # 121 s behind the watermark: still in time
+    f.tick(T0 + 1000 + SETTLE)
+    assert f.total.excluded == [] and [r["sample_id"] for r in f.final()] == ["r"]
+
+
+# ---------------------------------------------------------------- dead letters
+
+def test_bad_json_dead_letters_the_record_and_processing_continues() -> None:
+    f = Feed()
+    out = f.record(b'{"events": [{"event_type": ', JSON_H)
+    (dl,) = out.dead
+    assert dl["index"] == -1 and dl["reason_code"] == "bad_json" and dl["source_offset"] == 0
+    assert out.counts() == {"valid": 0, "rewards": 0, "windows": 0, "dead": 1, "late": 0, "excluded": 0}
+    assert len(f.send(ev("FollowUp")).valid) == 1
+
+
+@pytest.mark.parametrize("encode", [json_record, avro_record])
+def test_invalid_event_in_a_batch_dead_letters_only_that_event_with_its_index(encode: Any) -> None:
+    good = turn("r1", horizons=HZ)
+    bad = ev("ToolCall", "r1", ts=T0 + 3, status="ok", duration_ms=5)
+    bad["producer"] = {"name": "", "version": "1"}  # fits the Avro schema, breaks the contract
+    value, headers = encode(good[0], bad, *good[1:3])
+    f = Feed()
+    out = f.record(value, headers)
+    (dl,) = out.dead
+    assert dl["index"] == 1 and "producer.name" in dl["reason"] and dl["event_id"] == bad["event_id"]
+    assert dl["session_id"] == "s1" and dl["source_offset"] == 0
+    assert [r["event_id"] for r in out.valid] == [good[0]["event_id"], good[1]["event_id"], good[2]["event_id"]]
+    f.send(*good[3:])
+    f.tick(DEADLINE)
+    assert f.final()[0]["n_tool_calls"] == 1
+
+
+@pytest.mark.parametrize("value", [None, b"", b"\x00\x00", b"plain text", b"[1, 2]"])
+def test_unreadable_records_never_raise(value: bytes | None) -> None:
+    out = Feed().record(value, None)
+    assert [d["index"] for d in out.dead] == [-1]
+
+
+# ---------------------------------------------------------------- state expiry
+
+def test_state_of_finalised_turns_is_deleted_eventually() -> None:
+    cfg = replace(CFG, dedup_ms=60_000, tombstone_ms=60_000)  # tombstones go 181 s after finalisation
+    f = Feed(cfg=cfg)
+    rng = random.Random(3)
+    sizes = []
+    for i in range(150):
+        t = T0 + i * 20_000
+        events = turn(f"r{i}", session_id=f"s{i}", ts=t, horizons=HZ) if i % 5 else [ev("FollowUp", f"r{i}", f"s{i}", t)]
+        rng.shuffle(events)
+        f.send(*events)
+        sizes.append(len(f.store.data))
+    # a steady stream keeps a bounded number of sessions, not all 150
+    assert max(sizes[50:]) < 60
+    end = T0 + 150 * 20_000
+    for k in range(1, 12):
+        f.tick(end + k * cfg.keep_done_ms // 2)
+    assert list(f.store.data) == ["m:0"]
+    assert len(f.final()) == 120 and len([x for x in f.total.excluded if x["reason"] == "orphan"]) == 30
+    assert f.proc._open_served == {}
+
+
+def test_tombstones_outlive_their_window_so_late_events_are_recognised() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=HZ))
+    f.tick(DEADLINE)
+    f.tick(DEADLINE + CFG.keep_done_ms - 1)
+    assert "s:s1" in f.store.data
+    out = f.send(ev("FollowUp", "r1", ts=T0))
+    assert out.late[0]["checkpoint_id"] == "ck-a"
+
+
+def test_tick_value_sets_the_watermark_and_finalises_as_idle() -> None:
+    f = Feed()
+    f.send(*turn("r1", horizons=HZ))
+    out = f.record(orjson.dumps({"wm": DEADLINE}), {"rf-format": b"tick"})
+    assert f.proc.wm == DEADLINE and out.valid == [] and out.dead == []
+    assert {r["finalised_by"] for r in out.rewards} == {"idle"}
+
+
+def test_idle_target_follows_the_wall_clock_after_the_timeout() -> None:
+    p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
+    assert p.idle_target(10_000, 1000, 1.0) is None  # no event yet
+    p.process(*json_record(ev("FollowUp", ts=T0)), 0, 5_000)
+    assert p.idle_target(5_500, 1000, 1.0) is None
+    assert p.idle_target(8_000, 1000, 1.0) == T0 - CFG.lateness_ms + 3000
+
+
+def test_a_processor_needs_a_spec() -> None:
+    with pytest.raises(ValueError):
+        PartitionProcessor(CFG, [], DictStore(), "raw", 0)
+
+
+# ---------------------------------------------------------------- crash and restart
+
+class LoggedStore(DictStore):
+    """A DictStore that also keeps an ordered copy of every write (the changelog)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, Any]] = []
+
+    def put(self, key: str, value: Any) -> None:
+        super().put(key, value)
+        self.log.append((key, orjson.loads(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))))
+
+    def delete(self, key: str) -> None:
+        super().delete(key)
+        self.log.append((key, None))
+
+
+def snapshot(log: list[tuple[str, Any]], n: int) -> DictStore:
+    """The store a restart sees when the first ``n`` changelog writes survived (JSON round trip)."""
+    store = DictStore()
+    for key, value in log[:n]:
+        if value is None:
+            store.delete(key)
+        else:
+            store.put(key, orjson.loads(orjson.dumps(value)))
+    return store
+
+
+def workload(seed: int) -> list[tuple[bytes | None, Any]]:
+    """Records of one partition: turns, orphans, resends, late events, junk and ticks, jittered in time."""
+    rng = random.Random(seed)
+    events: list[dict[str, Any]] = []
+    for i in range(14):
+        sid, t = f"s{rng.randrange(4)}", T0 + rng.randrange(0, 300_000)
+        if rng.random() < 0.15:
+            events += [ev("AgentEdit", f"o{i}", sid, t, edit_id="x"), ev("FollowUp", f"o{i}", sid, t + 10)]
+            continue
+        evs = turn(f"r{i}", session_id=sid, ts=t, horizons=HZ, survival=rng.random(),
+                   checkpoint=rng.choice(["ck-a", "ck-b"]), latency_ms=rng.randrange(100, 9000))
+        if rng.random() < 0.5:
+            evs.append(ev("ToolCall", f"r{i}", sid, t + 20, status=rng.choice(["broken", "error"])))
+        if rng.random() < 0.5:
+            evs.append(ev("FollowUp", f"r{i}", sid, t + rng.randrange(100_000), dissatisfied=True))
+        events += evs
+    arrival = sorted(events, key=lambda e: e["ts"] + rng.randrange(CFG.lateness_ms))
+    records: list[tuple[bytes | None, Any]] = []
+    i = 0
+    while i < len(arrival):
+        n = rng.randint(1, 4)
+        chunk = arrival[i:i + n]
+        i += n
+        if rng.random() < 0.1:  # a client resend of an earlier event
+            chunk.append(rng.choice(arrival[:i]))
+        records.append(avro_record(*chunk) if rng.random() < 0.3 else json_record(*chunk))
+        if rng.random() < 0.05:
+            records.append((b"{not json", JSON_H))
+        if rng.random() < 0.05:
+            records.append(json_record(chunk[0], {"event_type": "FollowUp", "session_id": "s0"}))
+        if rng.random() < 0.08:  # an event of a turn that already arrived (late once it is final)
+            first = rng.choice(arrival[:i])
+            records.append(json_record(ev("FollowUp", first["request_id"], first["session_id"], first["ts"])))
+        if rng.random() < 0.05:  # an event too old to start a turn
+            records.append(json_record(ev("FollowUp", f"gone{i}", "s0", T0 - SETTLE)))
+    end = arrival[-1]["ts"]
+    for k in range(1, 4):
+        records.append((orjson.dumps({"wm": end + k * SETTLE}), TICK_H))
+    return records
+
+
+def ids_of(rows: list[Any], kind: str) -> dict[Any, Any]:
+    key = {"valid": "event_id", "rewards": "reward_id", "windows": "window_id", "dead": "dead_letter_id",
+           "late": "exclusion_id", "excluded": "exclusion_id"}[kind]
+    return {r[key]: r for r in rows}
+
+
+KINDS = ("valid", "rewards", "windows", "dead", "late", "excluded")
+
+
+def run_uninterrupted(records: list[tuple[bytes | None, Any]]) -> tuple[list[Any], list[int], LoggedStore]:
+    store = LoggedStore()
+    f = Feed(store=store)
+    outs, marks = [], [0]
+    for value, headers in records:
+        outs.append(f.record(value, headers))
+        marks.append(len(store.log))
+    return outs, marks, store
+
+
+def restart_and_compare(records: list[tuple[bytes | None, Any]], outs: list[Any], marks: list[int],
+                        log: list[tuple[str, Any]], x: int, partial: int, c: int) -> None:
+    """Crash after record x (plus ``partial`` writes of x+1), resume at committed offset c <= x+1."""
+    n_writes = marks[x + 1] + min(partial, marks[x + 2] - marks[x + 1])
+    if n_writes == marks[x + 2]:  # every write of x+1 survived: the crash was after x+1
+        x += 1
+    f = Feed(store=snapshot(log, n_writes), offset=c)
+    for value, headers in records[c:]:
+        f.record(value, headers)
+    for kind in KINDS:
+        want_rows = [r for o in outs for r in getattr(o, kind)]
+        got_rows = [r for o in outs[:c] for r in getattr(o, kind)] + getattr(f.total, kind)
+        if kind == "rewards":  # provisional rewards are best effort: only the final ones must be complete
+            assert all(r in want_rows for r in got_rows if r["provisional"])  # ...but never different
+            want_rows = [r for r in want_rows if not r["provisional"]]
+            got_rows = [r for r in got_rows if not r["provisional"]]
+        want = ids_of(want_rows, kind)
+        assert set(ids_of(got_rows, kind)) == set(want), (kind, x, partial, c)
+        replayed = {key for o in outs[c:x + 1] for key in ids_of(getattr(o, kind), kind)}
+        for row in got_rows:
+            key = next(iter(ids_of([row], kind)))
+            if kind in ("late", "excluded") and key in replayed and row["reason"] != "orphan":
+                # Known limit: an exclusion re-decided while replaying a record whose effects are
+                # already in the store carries the restored (later) watermark, not the original.
+                assert row["watermark"] >= want[key]["watermark"]
+                row = {**row, "watermark": want[key]["watermark"]}
+            assert row == want[key], (kind, x, partial, c, row, want[key])
+
+
+def test_workload_exercises_every_output() -> None:
+    records = workload(11)
+    outs, _, _ = run_uninterrupted(records)
+    counts = {k: sum(len(getattr(o, k)) for o in outs) for k in KINDS}
+    assert all(counts.values()), counts
+    reasons = {x["reason"] for o in outs for x in o.excluded}
+    assert reasons == {"duplicate", "orphan"}
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_restart_after_every_record_reproduces_the_uninterrupted_outputs(seed: int) -> None:
+    records = workload(seed)
+    outs, marks, store = run_uninterrupted(records)
+    rng = random.Random(seed)
+    for x in range(-1, len(records) - 1):
+        partial = rng.randrange(0, 4)
+        c = rng.randint(max(0, x - 3), x + 1)
+        restart_and_compare(records, outs, marks, store.log, x, partial, c)
+
+
+def test_restart_window_sums_do_not_depend_on_rebuild_order() -> None:
+    """A case found by the property below: float sums in another order differed in the last bit."""
+    records = workload(10)
+    outs, marks, store = run_uninterrupted(records)
+    restart_and_compare(records, outs, marks, store.log, 42, 0, 39)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), data=st.data())
+def test_restart_anywhere_reproduces_the_uninterrupted_outputs(seed: int, data: st.DataObject) -> None:
+    records = workload(seed)
+    outs, marks, store = run_uninterrupted(records)
+    x = data.draw(st.integers(-1, len(records) - 2), label="crash after record")
+    partial = data.draw(st.integers(0, 6), label="writes of the next record that survived")
+    c = data.draw(st.integers(max(0, x - 4), x + 1), label="committed offset")
+    restart_and_compare(records, outs, marks, store.log, x, partial, c)
+
+
+# ---------------------------------------------------------------- regressions found by the tests above
+
+def test_events_of_an_open_turn_stay_deduplicated_past_the_dedup_horizon() -> None:
+    """A turn can outlive the dedup horizon of its first events (a later edit moves its anchor)."""
+    f = Feed(cfg=replace(CFG, dedup_ms=10_000))
+    served, edit, tool = turn("r1", horizons=HZ)[:3]
+    value, headers = json_record(served, edit, tool)
+    f.record(value, headers)  # offset 0
+    f.send(ev("AgentEdit", "r1", ts=T0 + 60_000, edit_id="later"))  # wm ~ T0 + 60 s, turn open until + 181 s
+    resend = f.send(tool)
+    redelivered = f.record(value, headers, offset=0)
+    assert [x["reason"] for x in resend.excluded] == ["duplicate"]
+    assert redelivered.excluded == [] and len(redelivered.valid) == 3
+    f.tick(T0 + 60_000 + SETTLE)
+    (final,) = f.final()
+    assert final["n_tool_calls"] == 1 and final["n_edits"] == 2
+
+
+def test_a_blocked_tombstone_does_not_postpone_another_turns_deadline() -> None:
+    """Housekeeping of a session (tombstones waiting for their window) must not delay its turns."""
+    f = Feed(cfg=replace(CFG, tombstone_ms=0))  # keep_done = window + settle = 181 s
+    s = 1000
+    f.send(ev("InferenceServed", "a1", "sa", T0))  # holds the window of T0 open while a1 is open
+    f.send(ev("InferenceServed", "b1", "sb", T0 + 10 * s))
+    f.send(ev("AgentEdit", "a1", "sa", T0 + 100 * s, edit_id="x"))
+    f.tick(T0 + 131 * s)
+    assert [r["sample_id"] for r in f.final()] == ["b1"]
+    f.send(ev("AgentEdit", "a1", "sa", T0 + 210 * s, edit_id="y"))  # a1 open until T0 + 331 s
+    f.send(ev("InferenceServed", "b2", "sb", T0 + 200 * s))  # deadline T0 + 321 s
+    f.tick(T0 + 231 * s)
+    f.tick(T0 + 313 * s)  # b1's tombstone is old enough to go, but its window cannot close yet
+    assert "b1" in f.store.data["s:sb"][4]
+    out = f.tick(T0 + 321 * s)
+    assert [r["sample_id"] for r in out.rewards if not r["provisional"]] == ["b2", "b2"]
+    assert f.final()[-1]["finalised_wm"] == T0 + 321 * s
+
+
+def test_restart_counts_redelivered_events_in_the_watermark() -> None:
+    """After a crash between a record's session write and its meta write, the watermark is the same."""
+    store = LoggedStore()
+    f = Feed(store=store)
+    f.send(ev("InferenceServed", "r1", ts=T0))
+    n = len(store.log)
+    second = json_record(ev("FollowUp", "r1", ts=T0 + 50_000))
+    f.record(*second)
+    assert [k for k, _ in store.log[n:]] == ["s:s1", "m:0"]
+    g = Feed(store=snapshot(store.log, n + 1), offset=1)  # the session survived, the meta did not
+    g.record(*second)
+    assert g.proc.wm == f.proc.wm == T0 + 50_000 - CFG.lateness_ms
+
+
+def test_windows_re_emitted_after_restart_keep_int_keys() -> None:
+    """Closed windows are re-emitted from the (JSON) meta key; they must equal the originals."""
+    store = LoggedStore()
+    f = Feed(store=store)
+    f.send(*turn("r1", horizons=HZ))
+    wins = f.tick(T0 + 10**6).windows
+    assert len(wins) == 2 and all(isinstance(h, int) for w in wins for h in w["latency_hist"])
+    g = Feed(store=snapshot(store.log, len(store.log)), offset=f.offset - 1)
+    assert g.tick(T0 + 10**6).windows == wins
+
+
+@pytest.mark.parametrize("value", [None, b"", b"not json", b"[1]", b'{"wm": "soon"}', b'{"wm": null}'])
+def test_an_unreadable_tick_is_a_dead_letter_not_a_crash(value: bytes | None) -> None:
+    f = Feed()
+    f.send(ev("FollowUp", ts=T0))
+    wm = f.proc.wm
+    out = f.record(value, TICK_H)
+    assert [(d["index"], d["reason_code"]) for d in out.dead] == [(-1, "bad_tick")]
+    assert f.proc.wm == wm
