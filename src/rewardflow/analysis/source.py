@@ -22,7 +22,9 @@ REWARD_COLUMNS = ("reward_id", "sample_id", "checkpoint_id", "experiment_arm", "
                   "provisional", "horizon_s", "served_ts", "reward", "latency_ms", "n_edits", "n_dissatisfied",
                   "n_clarifying", "n_tool_broken", "persisted", "checked")
 WINDOW_COLUMNS = ("window_id", "window_key", "window_start", "window_end", "window_size_s", "checkpoint_id",
-                  "experiment_arm", "surface", "spec_version", "samples", "reward_sum", "turns_dissatisfied",
+                  "experiment_arm", "surface", "spec_version", "source_partition", "samples", "reward_sum",
+                  "reward_sq_sum", "turns_with_edit", "turns_dissatisfied", "turns_followup", "turns_clarifying",
+                  "turns_broken", "tool_calls", "tool_broken", "tool_error", "completion_tokens_sum",
                   "persisted", "checked", "latency_hist")
 
 

@@ -57,7 +57,7 @@ def _check_broker(settings: Settings, topic: str) -> None:
         raise _fail(f"topic {topic} does not exist on {settings.kafka_bootstrap}; create the topics first")
 
 
-def _send(sim: Simulator, settings: Settings, fmt: WireFormat, sync_ms: int, console: Console) -> tuple[Any, int]:
+def send_simulation(sim: Simulator, settings: Settings, fmt: WireFormat, sync_ms: int, console: Console) -> tuple[Any, int]:
     """Send the whole stream; returns (SDK stats, malformed records sent)."""
     from confluent_kafka import Producer
 
@@ -163,7 +163,7 @@ def command(
 
         try:
             fmt: WireFormat = "avro" if wire_format == "avro" else "json"
-            stats, malformed = _send(sim, settings, fmt, int(sync_every_s * 1000), console)
+            stats, malformed = send_simulation(sim, settings, fmt, int(sync_every_s * 1000), console)
         except ProducerError as exc:
             raise _fail(str(exc).splitlines()[0], 1) from None
         sent = stats.sent

@@ -92,8 +92,7 @@ class DemoRunner:
 
     # ------------------------------------------------------------------ steps
     def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool) -> Any:
-        from rewardflow.cli.simulate import _hack
-        from rewardflow.cli.simulate import _send as send_simulation
+        from rewardflow.cli.simulate import _hack, send_simulation
         from rewardflow.sim.config import ab_config
         from rewardflow.sim.generator import Simulator
 
@@ -168,7 +167,7 @@ class DemoRunner:
         html, js = write_report(report, windows, out_dir)
         checks = reconcile(expected, counts)
         ok = done and all(c.ok for c in checks)
-        summary = {"ok": ok, "report": report.to_dict(), "reconciliation": [c.__dict__ for c in checks],
+        summary = {"ok": ok, "report": report.to_dict(), "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
                    "alerts": alerts, "truth": truth.to_dict(), "html": str(html), "json": str(js),
                    "data_dir": str(self.run_dir)}
         (out_dir / "demo-summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
