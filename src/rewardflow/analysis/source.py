@@ -75,6 +75,12 @@ def fetch_windows(settings: Settings, checkpoints: Sequence[str], spec_version: 
     return _query(settings, sql, params)
 
 
+def fetch_windows_all(settings: Settings) -> Any:
+    """Every window partial (one row per ``window_id``), for the live monitors."""
+    sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows LIMIT 1 BY window_id"
+    return _query(settings, sql, {})
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or exc.__class__.__name__
     return text.splitlines()[0][:300]

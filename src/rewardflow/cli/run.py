@@ -84,6 +84,9 @@ def command(
     worker: bool = typer.Option(True, "--worker/--no-worker", help="Run the Faust stream worker in this process."),
     status_interval: float = typer.Option(10.0, help="Seconds between status lines (0 = none)."),
     log_level: str = typer.Option("INFO", help="Python log level."),
+    monitor_baseline: str | None = typer.Option(None, help="Baseline checkpoint of the Goodhart monitors "
+                                                "(default: each checkpoint against its own trailing windows)."),
+    monitor_interval: float = typer.Option(60.0, help="Seconds between Goodhart monitor rounds (0 = off)."),
 ) -> None:
     """Run the stream worker and the ClickHouse sink against the configured Kafka and ClickHouse.
 
@@ -117,6 +120,10 @@ def command(
         if thread is not None:
             thread.join()
 
+    if sink and monitor_interval > 0:
+        from rewardflow.monitor import MonitorLoop
+
+        MonitorLoop(settings, monitor_baseline, monitor_interval).start()
     status = StatusLine(settings, status_interval, parts)
     if status_interval > 0:
         status.start()
