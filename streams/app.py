@@ -7,8 +7,10 @@ domain logic (validation, dedup, join, reward, windows) lives in the core.
 Delivery: at-least-once, agent concurrency 1 (faust #606). Output sends and
 changelog writes go through Faust's producer, which Faust flushes *before* it
 commits offsets, so a committed offset implies its outputs are in Kafka.
-An unexpected exception in the core stops the process (exit 70) instead of
-letting Faust ack the record (Faust acks events whose processing raised).
+An unexpected exception in the core, or a refused output send, stops the
+process (exit 70) instead of letting Faust ack the record (Faust acks events
+whose processing raised). Output rows are split into records of at most
+``max_record_bytes`` (and at most 1 MB, the broker's default limit).
 
 Idle partitions: a timer sends a *tick* record (header ``rf-format: tick``) to
 each idle partition of the raw topic, carrying a watermark that follows the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import faust
@@ -37,6 +40,9 @@ from rewardflow_streams.state import TableStore
 log = logging.getLogger("rewardflow.streams")
 _JSON = orjson.OPT_NON_STR_KEYS
 _TICK_HEADERS = {"rf-format": b"tick"}
+# Output records stay under the broker's default max.message.bytes (1,048,588), which
+# ensure_topics does not raise, whatever max_record_bytes allows for input records.
+_MAX_OUTPUT_RECORD = 1_000_000
 
 
 def _now_ms() -> int:
@@ -79,9 +85,13 @@ class JoinWorker:
         }
         # value_type=bytes makes the changelog topic itself "raw" (orjson bytes written by TableStore):
         # setting table.value_serializer afterwards left recovery decoding the changelog as JSON.
+        # The changelog accepts what the producer may send (2 x max_record_bytes); the store refuses
+        # larger values up front, since a refused changelog send is only logged by Faust.
+        changelog_max = 2 * settings.max_record_bytes
         self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
-                                    key_type=str, value_type=bytes)
-        self.store = TableStore(self.table)
+                                    key_type=str, value_type=bytes,
+                                    extra_topic_configs={"max.message.bytes": str(changelog_max)})
+        self.store = TableStore(self.table, max_bytes=changelog_max - 4096)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.app.on_partitions_assigned.connect(self._on_assigned)
@@ -95,27 +105,30 @@ class JoinWorker:
             proc = self._processor(msg.partition)
             try:
                 out = proc.process(msg.value, msg.headers, msg.offset, _now_ms())
-            except Exception:  # a bug, never bad input: do not let Faust ack it
-                log.exception("processor failed on %s[%d]@%d; exiting without commit",
+                await self._emit(out, msg.key or str(msg.partition).encode(), msg.partition)
+            except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
+                log.exception("processing or sending the outputs of %s[%d]@%d failed; exiting without commit",
                               msg.topic, msg.partition, msg.offset)
                 os._exit(70)
-            await self._emit(out, msg.key or str(msg.partition).encode(), msg.partition)
             self.metrics.observe(out, tick=record_format(msg.headers) == TICK)
 
     async def _emit(self, out: Outputs, key: bytes, partition: int) -> None:
         sends = ((T.VALID, out.valid), (T.REWARDS, out.rewards), (T.DEADLETTERS, out.dead),
                  (T.LATE, out.late), (T.EXCLUSIONS, out.excluded))
+        limit = min(self.settings.max_record_bytes, _MAX_OUTPUT_RECORD)
         for name, rows in sends:
-            if rows:
-                await self.out_topics[name].send(key=key, value=orjson.dumps(rows, option=_JSON))
-        if out.windows:
-            await self.out_topics[T.WINDOWS].send(key=str(partition).encode(),
-                                                  value=orjson.dumps(out.windows, option=_JSON))
+            for value in _chunks(rows, limit):
+                await self.out_topics[name].send(key=key, value=value)
+        for value in _chunks(out.windows, limit):
+            await self.out_topics[T.WINDOWS].send(key=str(partition).encode(), value=value)
 
     def _processor(self, partition: int) -> PartitionProcessor:
         proc = self.processors.get(partition)
         if proc is None:
             proc = PartitionProcessor(self.cfg, self.specs, self.store, self.settings.topic(T.RAW), partition)
+            # Idle time counts from when this worker took the partition. Left at 0, a restart whose
+            # first record read is a tick made the next idle tick carry maxts + now x rate (year ~4800).
+            proc.last_event_wall = _now_ms()
             self.processors[partition] = proc
         return proc
 
@@ -135,6 +148,23 @@ class JoinWorker:
 
     async def _metrics_view(self, request: Any) -> Any:
         return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")
+
+
+def _chunks(rows: list[Any], limit: int) -> Iterator[bytes]:
+    """orjson lists of ``rows``, split so each is at most ``limit`` bytes (a lone larger row goes alone).
+
+    One record can settle thousands of turns (a tick); a single output record of them all would
+    exceed the producer's max request size and the broker's max message size.
+    """
+    if not rows:
+        return
+    value = orjson.dumps(rows, option=_JSON)
+    if len(value) <= limit or len(rows) == 1:
+        yield value
+    else:
+        half = len(rows) // 2
+        yield from _chunks(rows[:half], limit)
+        yield from _chunks(rows[half:], limit)
 
 
 def _credentials(s: Settings) -> Any:

@@ -25,6 +25,7 @@ class WorkerMetrics:
         self.dead_by_reason: dict[str, int] = {}
         self.dlq_limit, self.window_s = dlq_limit, window_s
         self._recent: deque[tuple[float, int, int]] = deque()
+        self._recent_valid = self._recent_dead = 0  # running sums over _recent
         self.dlq_ratio = 0.0
         self.alarm = False
 
@@ -48,10 +49,13 @@ class WorkerMetrics:
     def _slide(self, valid: int, dead: int) -> None:
         now = time.monotonic()
         self._recent.append((now, valid, dead))
+        self._recent_valid += valid
+        self._recent_dead += dead
         while self._recent and self._recent[0][0] < now - self.window_s:
-            self._recent.popleft()
-        v = sum(x[1] for x in self._recent)
-        d = sum(x[2] for x in self._recent)
+            _, old_valid, old_dead = self._recent.popleft()
+            self._recent_valid -= old_valid
+            self._recent_dead -= old_dead
+        v, d = self._recent_valid, self._recent_dead
         self.dlq_ratio = d / (v + d) if v + d else 0.0
         alarm = self.dlq_ratio > self.dlq_limit and v + d >= 20
         if alarm and not self.alarm:

@@ -5,7 +5,9 @@ changelog carries exactly what the core asked to keep.
 
 Contract: must be called from inside the agent's per-event iteration (Faust
 raises otherwise); writes go to the changelog partition of the current event,
-in call order.
+in call order. :meth:`TableStore.put` raises ``ValueError`` for a value larger
+than ``max_bytes``: the changelog send would fail later, asynchronously, and
+Faust only logs that, so the write would be lost silently.
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ _OPTS = orjson.OPT_NON_STR_KEYS
 class TableStore:
     """Adapter: the core's store protocol on a Faust Table of raw bytes."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, max_bytes: int | None = None) -> None:
         self.table = table
+        self.max_bytes = max_bytes
 
     def get(self, key: str) -> Any | None:
         raw = self.table.get(key)
         return None if raw is None else orjson.loads(raw)
 
     def put(self, key: str, value: Any) -> None:
-        self.table[key] = orjson.dumps(value, option=_OPTS)
+        data = orjson.dumps(value, option=_OPTS)
+        if self.max_bytes is not None and len(data) > self.max_bytes:
+            raise ValueError(f"state value of {key!r} is {len(data):,} bytes, over the changelog's "
+                             f"{self.max_bytes:,}-byte record limit")
+        self.table[key] = data
 
     def delete(self, key: str) -> None:
         if key in self.table:

@@ -1,6 +1,67 @@
-"""Placeholder, replaced by its owner."""
+"""``rewardflow export --checkpoint C [--spec-version V] [--trainer NAME] --out rewards.parquet``.
+
+Without ``--trainer``: a snapshot of every final reward of the checkpoint.
+With ``--trainer``: only rows newer than that trainer's cursor, and the cursor
+advances once the file is complete (see :mod:`rewardflow.trainer.export`), so
+repeated exports hand each sample to the trainer exactly once. Works while the
+pipeline runs (a busy chDB directory is read through its owner's endpoint).
+Exit codes: 0 done; 2 a fixable error, one ``error:`` line on stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rewardflow.clickhouse.errors import ClickHouseError, clean_message, is_driver_error
+from rewardflow.settings import load_settings
+from rewardflow.trainer.export import export_parquet
+from rewardflow.trainer.reader import RewardReader
 
 
-def command() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def command(
+    checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint whose rewards to export.")],
+    out: Annotated[Path, typer.Option("--out", help="Parquet file to write (replaced atomically).")],
+    spec_version: Annotated[str | None, typer.Option("--spec-version", help="Only this reward spec version.")] = None,
+    trainer: Annotated[str | None, typer.Option("--trainer", help="Export only rows new to this trainer, then advance its cursor.")] = None,
+    include_provisional: Annotated[bool, typer.Option("--include-provisional", help="Also export provisional outcomes.")] = False,
+    settle: Annotated[float, typer.Option("--settle", help="Seconds a row must be old to be exported (trainer mode).")] = 10.0,
+) -> None:
+    """Export reward records to Parquet, with a progress bar and the final count."""
+    settings = load_settings()
+    console = Console(stderr=True)
+    try:
+        reader = RewardReader(
+            trainer=trainer, checkpoint=checkpoint, spec_version=spec_version,
+            only_final=not include_provisional, settle_s=settle if trainer else 0.0, settings=settings,
+        )
+    except ClickHouseError as exc:
+        raise _fail(str(exc)) from None
+    except Exception as exc:
+        if not is_driver_error(exc):
+            raise
+        raise _fail(f"cannot connect to ClickHouse: {clean_message(exc)}") from None
+    try:
+        total = reader.count_new()
+        columns = (TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("export", total=total)
+            result = export_parquet(reader, out, commit=trainer is not None, on_batch=lambda n: progress.advance(task, n))
+    except ClickHouseError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc}") from None
+    finally:
+        reader.close()
+    rate = result.rows / result.seconds if result.seconds > 0 else 0.0
+    cursor = f"; trainer {trainer!r} cursor now {result.cursor}" if trainer else ""
+    typer.echo(f"exported {result.rows:,} rows to {result.path} ({result.bytes / 1e6:.1f} MB, {rate:,.0f} rows/s){cursor}")

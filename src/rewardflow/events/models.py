@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationInfo, field_validator
 
-Id = Annotated[str, Field(min_length=1, max_length=128)]
-ShortStr = Annotated[str, Field(min_length=1, max_length=64)]
-NonNeg = Annotated[int, Field(ge=0, le=2**31 - 1)]
-Score = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# Leaf types are strict, as the Avro types are: a boolean is true/false (not
+# "yes" or 1), an int is an int (not "5", 3.0 or True). A float accepts an int.
+Id = Annotated[str, Strict(), Field(min_length=1, max_length=128)]
+ShortStr = Annotated[str, Strict(), Field(min_length=1, max_length=64)]
+NonNeg = Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]
+Score = Annotated[float, Strict(), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Flag = Annotated[bool, Strict()]
 # Event time must be a plausible epoch-ms value: after 2000-01-01, before 2100.
-EpochMs = Annotated[int, Field(ge=946_684_800_000, lt=4_102_444_800_000)]
+EpochMs = Annotated[int, Strict(), Field(ge=946_684_800_000, lt=4_102_444_800_000)]
 
 Surface = Literal["tab", "composer", "agent", "chat"]
 ToolStatus = Literal["ok", "error", "broken"]
@@ -41,7 +44,7 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     event_id: ShortStr
-    schema_version: int = Field(1, ge=1, le=1000)
+    schema_version: Annotated[int, Strict()] = Field(1, ge=1, le=1000)
     ts: EpochMs
     org_id: Id
     session_id: Id
@@ -58,6 +61,15 @@ class InferenceServed(Envelope):
     latency_ms: NonNeg
     prompt_tokens: NonNeg
     completion_tokens: NonNeg
+
+    @field_validator("latency_ms")
+    @classmethod
+    def _latency_covers_ttft(cls, value: int, info: ValidationInfo) -> int:
+        """The schema documents ``latency_ms >= ttft_ms``; the first token cannot come after the last."""
+        ttft = info.data.get("ttft_ms")
+        if ttft is not None and value < ttft:
+            raise ValueError(f"latency_ms ({value}) must be >= ttft_ms ({ttft})")
+        return value
 
 
 class AgentEdit(Envelope):
@@ -83,12 +95,12 @@ class ToolCall(Envelope):
 class PersistenceCheck(Envelope):
     event_type: Literal["PersistenceCheck"] = "PersistenceCheck"
     edit_id: Id
-    horizon_s: Annotated[int, Field(gt=0, le=7 * 86_400)]
+    horizon_s: Annotated[int, Strict(), Field(gt=0, le=7 * 86_400)]
     survival_score: Score
     revert_score: Score
-    unchanged: bool
+    unchanged: Flag
     surviving_chars: NonNeg | None = None
-    branch_changed: bool | None = None
+    branch_changed: Flag | None = None
 
 
 class UserAction(Envelope):
@@ -99,8 +111,8 @@ class UserAction(Envelope):
 
 class FollowUp(Envelope):
     event_type: Literal["FollowUp"] = "FollowUp"
-    dissatisfied: bool | None = None
-    text_redacted: Annotated[str, Field(max_length=16_384)] | None = None
+    dissatisfied: Flag | None = None
+    text_redacted: Annotated[str, Strict(), Field(max_length=16_384)] | None = None
 
 
 class ClarifyingQuestion(Envelope):

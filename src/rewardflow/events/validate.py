@@ -27,6 +27,20 @@ class Rejected:
     error: InvalidEvent
 
 
+def shown(value: Any, limit: int) -> str:
+    """``value`` as at most ``limit`` characters for a message or a dead letter; never raises.
+
+    Containers are named by type only: ``str()`` of a deeply nested list (a JSON
+    bomb inside one field) raises ``RecursionError``, as does ``str()`` of an
+    int with thousands of digits (``ValueError``).
+    """
+    if isinstance(value, str):
+        return value[:limit]
+    if value is None or isinstance(value, bool | float) or (isinstance(value, int) and value.bit_length() <= 64):
+        return str(value)[:limit]
+    return f"<{type(value).__name__}>"[:limit]
+
+
 def _field_of(err: dict[str, Any]) -> str:
     loc = [str(p) for p in err.get("loc", ())]
     if loc and loc[0] in EVENT_MODELS:  # discriminated-union tag
@@ -39,8 +53,8 @@ def validate_event(raw: Any, index: int | None = None) -> Event:
     if not isinstance(raw, dict):
         raise InvalidEvent("<event>", f"expected an object, got {type(raw).__name__}", index=index)
     etype = raw.get("event_type")
-    if etype not in EVENT_MODELS:
-        raise InvalidEvent("event_type", f"unknown event type {str(etype)[:64]!r}; expected one of {sorted(EVENT_MODELS)}", index=index)
+    if not isinstance(etype, str) or etype not in EVENT_MODELS:  # a list or dict tag is unhashable
+        raise InvalidEvent("event_type", f"unknown event type {shown(etype, 64)!r}; expected one of {sorted(EVENT_MODELS)}", index=index)
     try:
         return EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:

@@ -93,6 +93,8 @@ def _decode_avro(value: bytes, cat: Catalogue) -> list[dict[str, Any]]:
     except (EOFError, StopIteration) as exc:
         raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
     except Exception as exc:  # fastavro raises assorted errors on garbage
+        if buf.tell() >= len(value):  # a short read of a fixed-size value (double, boolean) at the end
+            raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
         raise DecodeError(f"avro body unreadable: {exc.__class__.__name__}: {exc}"[:300], code="bad_avro") from None
     if buf.tell() != len(value):
         raise DecodeError(f"{len(value) - buf.tell()} trailing bytes after the avro body", code="bad_avro")

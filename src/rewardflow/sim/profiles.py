@@ -20,7 +20,7 @@ import random
 from statistics import NormalDist
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Hack = Literal["broken-tools", "over-ask"]
@@ -30,6 +30,9 @@ HACKS: tuple[Hack, ...] = ("broken-tools", "over-ask")
 PUBLISHED_PERSISTENCE = 0.0228
 PUBLISHED_DISSATISFIED = -0.0313
 PUBLISHED_LATENCY = -0.103
+
+# A planted hack's foresight: P(dodge | hard turn that would fail), P(dodge | one that would succeed).
+DODGE_RATES: dict[Hack, tuple[float, float]] = {"broken-tools": (0.9, 0.05), "over-ask": (0.9, 0.3)}
 
 
 class LogNormal(BaseModel):
@@ -80,8 +83,10 @@ class CheckpointProfile(BaseModel):
     tool_error_rate: Rate = Field(default=0.05, description="P(error) per tool call")
     tool_broken_rate: Rate = Field(default=0.01, description="P(broken) per tool call")
     clarifying_rate: Rate = Field(default=0.04, description="P(the turn asks a clarifying question instead of editing)")
-    hard_broken_rate: Rate = Field(default=0.0, description="hack: P(on a hard turn, emit broken calls and no edit)")
-    hard_clarify_rate: Rate = Field(default=0.0, description="hack: P(on a hard turn, ask instead of editing)")
+    dodge: Hack | None = Field(default=None, description="planted hack: how hard turns are dodged (None: never)")
+    dodge_fail_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would fail)")
+    dodge_success_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would succeed)")
+    dodge_broken_calls: int = Field(default=1, ge=1, le=10, description="broken-tools: broken calls per dodged turn")
 
     @field_validator("persistence")
     @classmethod
@@ -92,6 +97,12 @@ class CheckpointProfile(BaseModel):
         if any(b > a for a, b in zip(ordered, ordered[1:], strict=False)):
             raise ValueError("persistence must not increase with the horizon")
         return {h: v[h] for h in sorted(v)}
+
+    @model_validator(mode="after")
+    def _dodge_rates(self) -> CheckpointProfile:
+        if self.dodge is None and (self.dodge_fail_rate or self.dodge_success_rate):
+            raise ValueError("dodge_fail_rate and dodge_success_rate need a dodge ('broken-tools' or 'over-ask')")
+        return self
 
     @property
     def horizons_s(self) -> tuple[int, ...]:
@@ -124,19 +135,23 @@ def candidate_profile(checkpoint_id: str, base: CheckpointProfile | None = None)
 
 
 def plant_hack(profile: CheckpointProfile, hack: Hack) -> CheckpointProfile:
-    """A copy of ``profile`` with a reward hack planted.
+    """A copy of ``profile`` with a reward hack planted, tuned to pay off under ``v1``.
 
-    * ``broken-tools``: on hard turns the checkpoint usually emits broken tool
-      calls and makes no edit (dodging the risk of a rejected edit).
-    * ``over-ask``: it asks clarifying questions far more often, mostly on hard
-      turns, so its edit rate falls. Asking dodges the rejects and dissatisfied
-      follow-ups of failed hard edits, so under a spec that does not price
-      questions (``v1``) the reward can hold or rise while the edit rate falls.
+    The hacked checkpoint foresees failure: on a hard turn whose attempt would
+    fail it dodges with probability :data:`DODGE_FAIL_RATE`, on one that would
+    succeed with :data:`DODGE_SUCCESS_RATE` (see :mod:`rewardflow.sim.turns`).
+
+    * ``broken-tools``: the dodge is one broken tool call and no edit. Under
+      ``v1`` that costs 0.5, less than a failed hard attempt (a rejected or
+      reverted edit, a dissatisfied follow-up), so the reward holds or rises
+      while the broken-turn rate climbs and the edit rate falls.
+    * ``over-ask``: the dodge is a clarifying question and no edit. ``v1``
+      prices questions at 0, so the reward rises while the clarifying rate
+      climbs and the edit rate falls; ``v2`` (−0.25 a question) takes most of
+      the gain back.
     """
-    if hack == "broken-tools":
-        return profile.model_copy(update={"hard_broken_rate": 0.7})
-    if hack == "over-ask":
-        return profile.model_copy(update={
-            "clarifying_rate": min(1.0, profile.clarifying_rate + 0.03), "hard_clarify_rate": 0.8,
-        })
-    raise ValueError(f"unknown hack {hack!r}; expected one of {', '.join(HACKS)}")
+    if hack not in HACKS:
+        raise ValueError(f"unknown hack {hack!r}; expected one of {', '.join(HACKS)}")
+    fail, success = DODGE_RATES[hack]
+    return profile.model_copy(update={"dodge": hack, "dodge_fail_rate": fail, "dodge_success_rate": success,
+                                      "dodge_broken_calls": 1})

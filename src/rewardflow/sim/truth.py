@@ -33,9 +33,7 @@ from rewardflow.events.models import (
     PersistenceCheck,
     ToolCall,
 )
-from rewardflow.sim.turns import TurnDraft
-
-PERSISTED_THRESHOLD = 0.5  # the core's threshold (rewardflow.core.turn)
+from rewardflow.sim.turns import PERSISTED_THRESHOLD, TurnDraft
 
 
 def nearest_rank(values: list[int], q: float) -> float:

@@ -1,9 +1,21 @@
 """One simulated agent turn: its events, drawn from a :class:`CheckpointProfile`.
 
-A turn serves a response (``InferenceServed``), then does one of three things:
-asks a clarifying question, breaks its tool calls (the planted hack), or works
-(tool calls, edits, persistence checks of every edit at each horizon, a user
-action). Any turn may get a follow-up, dissatisfied or not.
+A turn serves a response (``InferenceServed``), then either asks a clarifying
+question or attempts the task (tool calls, edits, persistence checks of every
+edit at each horizon, a user action). Any turn may get a follow-up,
+dissatisfied or not; hard attempts fail more often (lower persistence, more
+rejects, more dissatisfied follow-ups).
+
+A planted reward hack (``CheckpointProfile.dodge``) acts like a policy that
+foresees failure: on a hard turn whose attempt *would* fail (a dissatisfied
+follow-up, or edits rejected, undone or reverted that do not persist at the
+last horizon) it dodges with probability ``dodge_fail_rate`` (``dodge_success_rate``
+when the attempt would have succeeded: foresight is imperfect). A dodge
+replaces the attempt with a clarifying question (``over-ask``) or with broken
+tool calls (``broken-tools``) and no edit, and its follow-up is drawn at the
+base dissatisfied rate. The attempt is drawn first either way, from the same
+``rng``, and the dodge from its own stream, so a hacked profile's turns equal
+the clean profile's except where it dodged.
 
 Times are realistic event times: served at ``t0 + latency``, tool calls and
 edits seconds later, persistence checks at ``edit ts + horizon`` (plus up to
@@ -18,6 +30,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from rewardflow.events.models import (
@@ -36,9 +49,13 @@ from rewardflow.events.models import (
 )
 from rewardflow.sim.profiles import CheckpointProfile
 
+PERSISTED_THRESHOLD = 0.5  # the core's threshold on survival_score (rewardflow.core.turn)
 HARD_TURN_RATE = 0.2  # a property of the task, the same for every checkpoint
 TOOLS = ("read_file", "grep", "run_terminal", "apply_patch", "list_dir", "web_search")
 LANGUAGES = ("python", "typescript", "go", "rust", "java")
+
+
+Env = Callable[[int], dict[str, Any]]  # event time -> the envelope fields of a new event of the turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +116,16 @@ def _poisson(rng: random.Random, mean: float) -> int:
 
 
 def draft_turn(rng: random.Random, p: CheckpointProfile, ctx: SessionContext, t0: int) -> TurnDraft:
-    """Draw one turn of checkpoint ``p`` starting at event time ``t0`` (ms)."""
+    """Draw one turn of checkpoint ``p`` starting at event time ``t0`` (ms).
+
+    A hacked checkpoint (``p.dodge``) first draws its attempt exactly as the
+    clean checkpoint would, then may replace it (see :func:`_dodge`), so a
+    hacked and a clean profile differ only in the turns dodged.
+    """
     rid = new_id(rng)
 
-    def env(ts: int) -> dict[str, Any]:
-        return {"event_id": new_id(rng), "ts": ts, "org_id": ctx.org_id, "session_id": ctx.session_id,
+    def env(ts: int, r: random.Random = rng) -> dict[str, Any]:
+        return {"event_id": new_id(r), "ts": ts, "org_id": ctx.org_id, "session_id": ctx.session_id,
                 "request_id": rid, "producer": ctx.producer}
 
     surface = rng.choices(list(SURFACES), [s.weight for s in SURFACES.values()])[0]
@@ -111,53 +133,96 @@ def draft_turn(rng: random.Random, p: CheckpointProfile, ctx: SessionContext, t0
     hard = rng.random() < HARD_TURN_RATE
     latency = max(1, round(p.latency.sample(rng, shape.latency_scale)))
     ttft = min(latency, max(1, round(p.ttft.sample(rng, shape.latency_scale))))
-    t = t0 + latency
     served = InferenceServed(
-        **env(t), surface=surface, checkpoint_id=p.checkpoint_id, experiment_arm=ctx.arm, ttft_ms=ttft,
+        **env(t0 + latency), surface=surface, checkpoint_id=p.checkpoint_id, experiment_arm=ctx.arm, ttft_ms=ttft,
         latency_ms=latency, prompt_tokens=max(1, round(p.prompt_tokens.sample(rng, shape.token_scale))),
         completion_tokens=max(1, round(p.completion_tokens.sample(rng, shape.token_scale))),
     )
-    events: list[Envelope] = [served]
-    edits: list[AgentEdit] = []
-    asked = rng.random() < p.clarifying_rate or (hard and rng.random() < p.hard_clarify_rate)
+    asked = rng.random() < p.clarifying_rate
     if asked:
-        t += rng.randint(1, 500)
-        events.append(ClarifyingQuestion(**env(t), question_chars=rng.randint(30, 400)))
-    elif hard and rng.random() < p.hard_broken_rate:
-        for _ in range(rng.randint(1, 2)):
-            t += rng.randint(200, 3_000)
-            events.append(ToolCall(**env(t), call_id=new_id(rng)[:13], tool=rng.choice(TOOLS), status="broken",
-                                   duration_ms=rng.randint(1, 50), error_kind="invalid_arguments"))
+        t, work, edits = _question(rng, served.ts, env)
     else:
-        for _ in range(_poisson(rng, p.tool_calls_mean * shape.tool_scale)):
-            t += rng.randint(200, 4_000)
-            roll = rng.random()
-            status: ToolStatus = (
-                "broken" if roll < p.tool_broken_rate else "error" if roll < p.tool_broken_rate + p.tool_error_rate else "ok"
-            )
-            events.append(ToolCall(**env(t), call_id=new_id(rng)[:13], tool=rng.choice(TOOLS), status=status,
-                                   duration_ms=rng.randint(3, 8_000), error_kind=None if status == "ok" else f"{status}_call"))
-        if rng.random() < p.edit_rate * shape.edit_scale:
-            for _ in range(1 if shape.single_edit else rng.randint(1, p.max_edits)):
-                t += rng.randint(50, 2_000)
-                edits.append(AgentEdit(
-                    **env(t), edit_id="ed-" + new_id(rng), file_path_hash=f"{rng.getrandbits(64):016x}",
-                    language=rng.choice(LANGUAGES), lines_added=rng.randint(1, 60), lines_removed=rng.randint(0, 30),
-                    chars_inserted=rng.randint(10, 3_000), content_fingerprint=f"{rng.getrandbits(64):016x}",
-                ))
-            events.extend(edits)
-            for edit in edits:
-                events.extend(_checks(rng, p, hard, edit, env))
-            events.extend(_action(rng, p, hard, edits[0].edit_id, t, env))
+        t, work, edits = _attempt(rng, p, shape, hard, served.ts, env)
+    scale = p.hard_dissatisfied_factor if hard and not asked else 1.0  # a question avoids a failed attempt
+    dissatisfied, after = _follow_up(rng, p, p.dissatisfied_rate * scale, t, env)
+    if hard and not asked and p.dodge is not None:
+        failed = dissatisfied or _failed(work, edits, p.horizons_s[-1])
+        drng = random.Random(f"{rid}:dodge")  # its own stream: a dodge never shifts the checkpoint's other draws
+        if drng.random() < (p.dodge_fail_rate if failed else p.dodge_success_rate):
+            t, work, edits = _dodge(drng, p, served.ts, lambda ts: env(ts, drng))
+            # no failed attempt to be dissatisfied with: the base rate, as after any question
+            _, after = _follow_up(drng, p, p.dissatisfied_rate, t, lambda ts: env(ts, drng))
+    events: list[Envelope] = [served, *work, *after]
     anchor = max([served.ts, *(e.ts for e in edits)])
     end = max(e.ts for e in events if not isinstance(e, PersistenceCheck))
-    scale = p.hard_dissatisfied_factor if hard and not asked else 1.0  # a question avoids a failed attempt
-    dissatisfied = rng.random() < min(1.0, p.dissatisfied_rate * scale)
-    if dissatisfied or rng.random() < p.followup_rate:
-        at = t + rng.randint(5_000, 90_000)
-        end = max(end, at)
-        events.append(FollowUp(**env(at), dissatisfied=dissatisfied, text_redacted="<redacted>" if dissatisfied else None))
     return TurnDraft(rid, served, events, anchor, end, hard)
+
+
+def _question(rng: random.Random, t: int, env: Env) -> tuple[int, list[Envelope], list[AgentEdit]]:
+    t += rng.randint(1, 500)
+    return t, [ClarifyingQuestion(**env(t), question_chars=rng.randint(30, 400))], []
+
+
+def _attempt(rng: random.Random, p: CheckpointProfile, shape: SurfaceShape, hard: bool, t: int,
+             env: Env) -> tuple[int, list[Envelope], list[AgentEdit]]:
+    """Tool calls, maybe edits with their persistence checks and a user action; returns (last ts, events, edits)."""
+    events: list[Envelope] = []
+    for _ in range(_poisson(rng, p.tool_calls_mean * shape.tool_scale)):
+        t += rng.randint(200, 4_000)
+        roll = rng.random()
+        status: ToolStatus = (
+            "broken" if roll < p.tool_broken_rate else "error" if roll < p.tool_broken_rate + p.tool_error_rate else "ok"
+        )
+        events.append(ToolCall(**env(t), call_id=new_id(rng)[:13], tool=rng.choice(TOOLS), status=status,
+                               duration_ms=rng.randint(3, 8_000), error_kind=None if status == "ok" else f"{status}_call"))
+    edits: list[AgentEdit] = []
+    if rng.random() < p.edit_rate * shape.edit_scale:
+        for _ in range(1 if shape.single_edit else rng.randint(1, p.max_edits)):
+            t += rng.randint(50, 2_000)
+            edits.append(AgentEdit(
+                **env(t), edit_id="ed-" + new_id(rng), file_path_hash=f"{rng.getrandbits(64):016x}",
+                language=rng.choice(LANGUAGES), lines_added=rng.randint(1, 60), lines_removed=rng.randint(0, 30),
+                chars_inserted=rng.randint(10, 3_000), content_fingerprint=f"{rng.getrandbits(64):016x}",
+            ))
+        events.extend(edits)
+        for edit in edits:
+            events.extend(_checks(rng, p, hard, edit, env))
+        events.extend(_action(rng, p, hard, edits[0].edit_id, t, env))
+    return t, events, edits
+
+
+def _follow_up(rng: random.Random, p: CheckpointProfile, dissatisfied_rate: float, t: int,
+               env: Env) -> tuple[bool, list[Envelope]]:
+    dissatisfied = rng.random() < min(1.0, dissatisfied_rate)
+    if not (dissatisfied or rng.random() < p.followup_rate):
+        return dissatisfied, []
+    at = t + rng.randint(5_000, 90_000)
+    return dissatisfied, [FollowUp(**env(at), dissatisfied=dissatisfied,
+                                   text_redacted="<redacted>" if dissatisfied else None)]
+
+
+def _failed(work: list[Envelope], edits: list[AgentEdit], final_horizon_s: int) -> bool:
+    """Did the attempt fail outright: an edit rejected, undone or reverted, and none persisted at the last horizon.
+
+    (A dissatisfied follow-up is the other failure; the caller adds it.)
+    """
+    if not edits:
+        return False
+    refused = any(isinstance(e, UserAction) and e.action != "accept" for e in work)
+    return refused and not any(isinstance(e, PersistenceCheck) and e.horizon_s == final_horizon_s
+                               and e.survival_score >= PERSISTED_THRESHOLD for e in work)
+
+
+def _dodge(rng: random.Random, p: CheckpointProfile, t: int, env: Env) -> tuple[int, list[Envelope], list[AgentEdit]]:
+    """What the hack does instead of the attempt: ask (``over-ask``) or break its tool calls (``broken-tools``)."""
+    if p.dodge == "over-ask":
+        return _question(rng, t, env)
+    events: list[Envelope] = []
+    for _ in range(p.dodge_broken_calls):
+        t += rng.randint(200, 3_000)
+        events.append(ToolCall(**env(t), call_id=new_id(rng)[:13], tool=rng.choice(TOOLS), status="broken",
+                               duration_ms=rng.randint(1, 50), error_kind="invalid_arguments"))
+    return t, events, []
 
 
 def _checks(rng: random.Random, p: CheckpointProfile, hard: bool, edit: AgentEdit, env: Any) -> list[Envelope]:

@@ -1,0 +1,337 @@
+"""Stream worker throughput (ingest + join + reward) beside a raw consume + decode of the same topic. Not a test.
+
+For each run, on fresh topics (a unique ``REWARDFLOW_TOPIC_PREFIX``):
+
+1. untimed: N realistic events (``rewardflow.events.samples`` turns; a Kafka
+   record carries a burst of 2-4 complete turns of one session, ~20-50
+   events; records in the order of their newest event) are encoded (Avro by
+   default);
+2. worker: ``python -m rewardflow_streams.main`` (one process, production
+   event-time settings) is started and waits until it owns every raw
+   partition; then the records are produced and the clock runs from the
+   first produce until the worker has written one ``events.valid`` record per
+   input record (the sum of that topic's end offsets, polled every 20 ms: no
+   consumer competes with the worker for the CPU). Untimed afterwards, every
+   ``events.valid`` row is read back and counted (must be N);
+3. floor: a plain confluent-kafka consumer reads the same raw topic from the
+   start and decodes every record with ``rewardflow.events.wire.decode_record``
+   (fastavro / orjson, no validation); timed until all N events are decoded.
+
+Reports medians in events/s and the ratio worker / floor, prints a table and
+writes ``bench/results/stream.json``. ``--profile`` also runs the pure core
+(``PartitionProcessor`` over a dict store, per partition in offset order)
+on the same records in this process, without and then with cProfile, and
+prints where the time goes.
+
+    python bench/bench_stream.py [--bootstrap HOST:PORT] [--events 200000] [--runs 3] [--profile]
+
+Without ``--bootstrap`` (or ``REWARDFLOW_KAFKA_BOOTSTRAP``) a local broker is started in a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from rewardflow import topics as T
+from rewardflow.core.config import DictStore, JoinConfig
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.events.samples import PRODUCERS, START_MS, turn_events
+from rewardflow.events.validate import to_dict
+from rewardflow.events.wire import decode_record, encode_avro, encode_json
+from rewardflow.provision import ensure_topics
+from rewardflow.rewards.registry import active_specs
+from rewardflow.settings import Settings
+
+RESULTS = Path(__file__).resolve().parent / "results" / "stream.json"
+TARGET = 20_000
+Record = tuple[bytes, bytes, list[tuple[str, bytes]]]
+
+
+# ---------------------------------------------------------------------- workload
+def session_batches(n_events: int, fmt: str, seed: int = 5) -> list[Record]:
+    """Records of one session's burst of 2-4 complete turns (~20-50 events), in the order of their newest event.
+
+    Sessions start over an hour and have bursts 5-20 min apart; a burst's turns start within 10 s, and
+    a record carries them whole (served ... 900 s persistence checks), so no event is late, while
+    a session's state (tombstones are kept an hour) grows from record to record as in production.
+    """
+    rng = random.Random(seed)
+    timed: list[tuple[int, int, Record]] = []
+    total, n_sessions = 0, 0
+    while total < n_events:
+        envelope = {"org_id": "org-bench", "session_id": f"sess-{n_sessions:06d}", "producer": PRODUCERS[0]}
+        n_sessions += 1
+        at = START_MS + rng.randint(0, 3_600_000)
+        for _ in range(3):
+            batch: list[dict[str, Any]] = []
+            for k in range(rng.randint(2, 4)):
+                batch += [to_dict(e) for e in turn_events(rng, envelope, at + k * rng.randint(0, 10_000))]
+            batch = sorted(batch, key=lambda e: e["ts"])[: n_events - total]
+            total += len(batch)
+            if batch:
+                value = encode_avro(batch, batch_id=batch[0]["event_id"]) if fmt == "avro" else encode_json(batch)
+                record = (envelope["session_id"].encode(), value, [("rf-format", fmt.encode())])
+                timed.append((max(e["ts"] for e in batch), len(timed), record))
+            at += rng.randint(300_000, 1_200_000)
+    return [r for _, _, r in sorted(timed)]
+
+
+def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "partitioner": "murmur2_random",
+                         "compression.type": "lz4", "message.max.bytes": 2_000_000})
+    for key, value, headers in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(60)
+
+
+# ---------------------------------------------------------------------- the worker
+def worker_settings(bootstrap: str, partitions: int, max_record_bytes: int) -> Settings:
+    return Settings(kafka_bootstrap=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.", partitions=partitions,
+                    max_record_bytes=max_record_bytes)
+
+
+def start_worker(settings: Settings, workdir: Path, profile_to: Path | None = None) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
+    env.update(REWARDFLOW_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, REWARDFLOW_TOPIC_PREFIX=settings.topic_prefix,
+               REWARDFLOW_PARTITIONS=str(settings.partitions), REWARDFLOW_HOME=str(workdir / "home"),
+               REWARDFLOW_MAX_RECORD_BYTES=str(settings.max_record_bytes))
+    log = (workdir / "worker.log").open("ab")
+    profiler = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
+    return subprocess.Popen([sys.executable, *profiler, "-m", "rewardflow_streams.main"], env=env, cwd=workdir,
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_joined(settings: Settings, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    admin, group, raw = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}), settings.topic("worker"), \
+        settings.topic(T.RAW)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited with {proc.returncode}")
+        try:
+            members = admin.describe_consumer_groups([group])[group].result(timeout=5).members
+        except Exception:
+            members = []
+        owned = {tp.partition for m in members for tp in m.assignment.topic_partitions if tp.topic == raw}
+        if owned == set(range(settings.partitions)):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"worker did not join {group} within {timeout}s")
+
+
+def end_offsets(consumer: Consumer, topic: str, partitions: int) -> int:
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+               for p in range(partitions))
+
+
+def run_worker(settings: Settings, records: list[Record], workdir: Path, timeout: float,
+               profile_to: Path | None = None) -> dict[str, Any]:
+    """Seconds from the first produce until one events.valid record per input record is in Kafka."""
+    ensure_topics(settings)
+    proc = start_worker(settings, workdir, profile_to)
+    try:
+        wait_joined(settings, proc)
+        watcher = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+        valid = settings.topic(T.VALID)
+        start = time.perf_counter()
+        produce(settings.kafka_bootstrap, settings.topic(T.RAW), records)
+        produced_s = time.perf_counter() - start
+        while (done := end_offsets(watcher, valid, settings.partitions)) < len(records):
+            if proc.poll() is not None or time.perf_counter() - start > timeout:
+                raise SystemExit(f"worker stopped or timed out at {done}/{len(records)} valid records; "
+                                 f"log: {workdir / 'worker.log'}")
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - start
+        watcher.close()
+        return {"seconds": elapsed, "produce_seconds": produced_s, "rss_mb": _rss_mb(proc.pid)}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _assigned_from_start(settings: Settings, topic: str) -> Consumer:
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 52_428_800})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
+    return c
+
+
+def count_valid_rows(settings: Settings, n_records: int) -> int:
+    """Untimed check: every events.valid row, counted (each row is an object starting with event_id)."""
+    c = _assigned_from_start(settings, settings.topic(T.VALID))
+    rows = records = 0
+    deadline = time.monotonic() + 120
+    while records < n_records and time.monotonic() < deadline:
+        for msg in c.consume(5000, 1.0):
+            if msg.error() is None:
+                records += 1
+                rows += msg.value().count(b'{"event_id":')
+    c.close()
+    return rows
+
+
+# ---------------------------------------------------------------------- the floor
+def run_floor(settings: Settings, n_events: int) -> float:
+    """Seconds to consume the raw topic from its start and decode every event record (ticks skipped)."""
+    start = time.perf_counter()
+    c = _assigned_from_start(settings, settings.topic(T.RAW))
+    decoded = 0
+    while decoded < n_events:
+        for msg in c.consume(5000, 1.0):
+            if msg.error() is None and msg.headers() != [("rf-format", b"tick")]:
+                decoded += len(decode_record(msg.value(), msg.headers(), max_bytes=2_000_000))
+    elapsed = time.perf_counter() - start
+    c.close()
+    return elapsed
+
+
+# ---------------------------------------------------------------------- in-process core
+def core_in_process(settings: Settings, records: list[Record], profile: bool) -> tuple[float, str]:
+    """Seconds for PartitionProcessor over the records (dict store, partition = record index % P)."""
+    cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
+    procs = {p: PartitionProcessor(cfg, specs, DictStore(), settings.topic(T.RAW), p) for p in range(settings.partitions)}
+    offsets = dict.fromkeys(procs, 0)
+    by_session: dict[bytes, int] = {}
+    prof = cProfile.Profile() if profile else None
+    start = time.perf_counter()
+    if prof:
+        prof.enable()
+    for key, value, headers in records:
+        p = by_session.setdefault(key, len(by_session) % settings.partitions)
+        procs[p].process(value, headers, offsets[p], 0)
+        offsets[p] += 1
+    if prof:
+        prof.disable()
+    elapsed = time.perf_counter() - start
+    text = ""
+    if prof:
+        buf = io.StringIO()
+        stats = pstats.Stats(prof, stream=buf)
+        stats.sort_stats("tottime").print_stats(22)
+        stats.sort_stats("cumulative").print_stats(30)
+        text = buf.getvalue()
+    return elapsed, text
+
+
+# ---------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default=os.environ.get("REWARDFLOW_KAFKA_BOOTSTRAP"))
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--format", choices=("avro", "json"), default="avro")
+    ap.add_argument("--timeout", type=float, default=900.0, help="per worker run, seconds")
+    ap.add_argument("--max-record-bytes", type=int, default=4_000_000,
+                    help="REWARDFLOW_MAX_RECORD_BYTES of the worker; its changelog takes records of twice this. "
+                         "The default 1 MB is too small here: the partition meta state key (the last 16 window "
+                         "closes) outgrows it with this workload's window-key cardinality")
+    ap.add_argument("--profile", action="store_true", help="also profile the pure core in this process")
+    ap.add_argument("--worker-profile", type=Path, default=None,
+                    help="run the worker of the LAST run under cProfile, stats to this file (slows it down)")
+    args = ap.parse_args()
+
+    records = session_batches(args.events, args.format)
+    n_records = len(records)
+    print(f"{args.events:,} events in {n_records:,} session-batch records ({args.events / n_records:.1f} events/record, "
+          f"{sum(len(v) for _, v, _ in records) / n_records:,.0f} B/record, {args.format})")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    broker, bootstrap = None, args.bootstrap
+    if not bootstrap:
+        from rewardflow.kafka_local import LocalBroker
+        from rewardflow.kafka_local.ports import free_ports
+        from rewardflow.settings import load_settings
+
+        port, cport = free_ports(2)
+        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka")
+        bootstrap = broker.up(timeout=120).bootstrap
+    rows: list[dict[str, Any]] = []
+    try:
+        for run in range(args.runs):
+            settings = worker_settings(bootstrap, args.partitions, args.max_record_bytes)
+            workdir = tmp / f"run{run + 1}"
+            workdir.mkdir()
+            profile_to = args.worker_profile.resolve() if args.worker_profile and run == args.runs - 1 else None
+            w = run_worker(settings, records, workdir, args.timeout, profile_to)
+            n_rows = count_valid_rows(settings, n_records)
+            if n_rows != args.events:
+                raise SystemExit(f"run {run + 1}: {n_rows} events.valid rows, expected {args.events}")
+            floor_s = run_floor(settings, args.events)
+            rows.append({"run": run + 1, "worker_events_s": args.events / w["seconds"],
+                         "floor_events_s": args.events / floor_s, "worker_seconds": w["seconds"],
+                         "produce_seconds": w["produce_seconds"], "floor_seconds": floor_s,
+                         "worker_rss_mb": w["rss_mb"], "prefix": settings.topic_prefix})
+            r = rows[-1]
+            print(f"run {run + 1}: worker {r['worker_events_s']:>9,.0f} ev/s ({w['seconds']:.1f} s; produce "
+                  f"{w['produce_seconds']:.1f} s)   floor {r['floor_events_s']:>10,.0f} ev/s   "
+                  f"ratio {r['worker_events_s'] / r['floor_events_s']:.3f}")
+        core_s, profile_text = core_in_process(settings, records, profile=False)
+        if args.profile:
+            _, profile_text = core_in_process(settings, records, profile=True)
+    finally:
+        if broker is not None:
+            broker.down(timeout=30)
+    worker = statistics.median(r["worker_events_s"] for r in rows)
+    floor = statistics.median(r["floor_events_s"] for r in rows)
+    core = args.events / core_s
+    print(f"\n| {'path':<52} | {'events/s (median of ' + str(args.runs) + ')':>24} |")
+    print(f"|{'-' * 54}|{'-' * 26}|")
+    print(f"| {'worker process: ingest + join + reward (Faust)':<52} | {worker:>24,.0f} |")
+    print(f"| {'floor: confluent-kafka consume + decode_record':<52} | {floor:>24,.0f} |")
+    print(f"| {'ratio worker / floor':<52} | {worker / floor:>24.3f} |")
+    print(f"| {'pure core in process (no Kafka), 1 run':<52} | {core:>24,.0f} |")
+    print(f"| {'target per worker process':<52} | {TARGET:>24,} |")
+    if profile_text:
+        print("\npure core profile (cProfile):\n" + profile_text)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "events": args.events, "records": n_records, "format": args.format, "partitions": args.partitions,
+        "runs": rows, "median_worker_events_s": worker, "median_floor_events_s": floor, "ratio": worker / floor,
+        "core_in_process_events_s": core, "target_events_s": TARGET, "meets_target": worker >= TARGET,
+        "settings": "production defaults (horizons 30..900 s, grace 60 s, lateness 5 s, windows 300/3600 s) "
+                    f"except max_record_bytes={args.max_record_bytes}",
+        "python": platform.python_version(), "cpus": os.cpu_count(),
+    }, indent=2))
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

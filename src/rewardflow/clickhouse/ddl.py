@@ -1,0 +1,59 @@
+"""Render ``CREATE`` statements from :class:`~.columns.TableDef` objects. Pure.
+
+Every statement is idempotent (``IF NOT EXISTS``) so a migration that died
+half-way can simply run again.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rewardflow.clickhouse.columns import TableDef
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def quote_ident(name: str) -> str:
+    """Backquote an identifier; raises ``ValueError`` for anything but ``[A-Za-z_][A-Za-z0-9_]*``."""
+    if not _IDENT.match(name):
+        raise ValueError(f"not a plain identifier: {name!r}")
+    return f"`{name}`"
+
+
+def _setting_value(value: str | int) -> str:
+    return str(value) if isinstance(value, int) else "'" + value.replace("'", "\\'") + "'"
+
+
+def ttl_clause(table: TableDef, events_ttl_days: int) -> str:
+    """The rendered TTL expression of ``table`` ('' when it has none)."""
+    return table.ttl.format(events_ttl_days=events_ttl_days) if table.ttl else ""
+
+
+def create_table(table: TableDef, *, events_ttl_days: int = 90) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for ``table`` in the current database."""
+    cols = ",\n    ".join(c.ddl() for c in table.columns)
+    parts = [f"CREATE TABLE IF NOT EXISTS {quote_ident(table.name)}\n(\n    {cols}\n)", f"ENGINE = {table.engine}"]
+    if table.partition_by:
+        parts.append(f"PARTITION BY {table.partition_by}")
+    parts.append(f"ORDER BY {table.order_by}")
+    ttl = ttl_clause(table, events_ttl_days)
+    if ttl:
+        parts.append(f"TTL {ttl}")
+    if table.settings:
+        parts.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(v)}" for k, v in table.settings.items()))
+    return "\n".join(parts)
+
+
+def create_database(name: str) -> str:
+    """``CREATE DATABASE IF NOT EXISTS``."""
+    return f"CREATE DATABASE IF NOT EXISTS {quote_ident(name)}"
+
+
+def drop_database(name: str) -> str:
+    """``DROP DATABASE IF EXISTS … SYNC`` (without SYNC, dropped data lingers for minutes)."""
+    return f"DROP DATABASE IF EXISTS {quote_ident(name)} SYNC"
+
+
+def modify_ttl(table: TableDef, events_ttl_days: int) -> str:
+    """``ALTER TABLE … MODIFY TTL`` to the TTL the settings ask for."""
+    return f"ALTER TABLE {quote_ident(table.name)} MODIFY TTL {ttl_clause(table, events_ttl_days)}"

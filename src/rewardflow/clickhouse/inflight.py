@@ -1,0 +1,91 @@
+"""Up to N inserts in flight: partitions are written in parallel, each partition strictly in order.
+
+Parsing an insert is single-threaded in ClickHouse, so with more than one core
+two inserts at once raise the sink's throughput (Snuba keeps two in flight
+too). Order and commit semantics are unchanged: the batches of one partition
+form a *chain* written one after the other by one thread; a chain stops at its
+first failure and reports what it wrote and what is left. The caller commits
+only the written prefixes.
+
+Threads: one pool of ``in_flight`` threads, each with its own connection
+(chDB and HTTP clients serialise calls per connection). :meth:`write_all`
+blocks until every chain finished or stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from clickhouse_connect.driver.client import Client
+
+from rewardflow.clickhouse.batching import Batch
+from rewardflow.clickhouse.errors import ClickHouseUnavailable, clean_message, is_driver_error
+from rewardflow.clickhouse.writer import BatchWriter, Fault
+
+
+@dataclass
+class ChainResult:
+    """What one partition's chain did: written (batch, dead letters) in order, the rest, the error."""
+
+    written: list[tuple[Batch, int]] = field(default_factory=list)
+    remaining: list[Batch] = field(default_factory=list)
+    error: ClickHouseUnavailable | None = None
+
+
+class ParallelWriter:
+    """Writes chains of batches with up to ``in_flight`` concurrent inserts."""
+
+    def __init__(self, open_client: Callable[[], Client], fault: Fault | None, in_flight: int = 2) -> None:
+        self._open_client = open_client
+        self._fault = fault
+        self._local = threading.local()
+        self._clients: list[Client] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(in_flight, thread_name_prefix="rewardflow-insert") if in_flight > 1 else None
+
+    def _writer(self) -> BatchWriter:
+        client: Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = self._open_client()
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return BatchWriter(client, self._fault)
+
+    def _chain(self, chain: Sequence[Batch]) -> ChainResult:
+        result = ChainResult()
+        for i, batch in enumerate(chain):
+            try:
+                dead = self._writer().write(batch)
+            except ClickHouseUnavailable as exc:
+                result.remaining, result.error = list(chain[i:]), exc
+                return result
+            except Exception as exc:  # e.g. the connection could not be opened
+                if not is_driver_error(exc):
+                    raise
+                result.remaining, result.error = list(chain[i:]), ClickHouseUnavailable(clean_message(exc))
+                return result
+            result.written.append((batch, len(dead)))
+        return result
+
+    def write_all(self, batches: Sequence[Batch]) -> list[ChainResult]:
+        """Write ``batches`` (in offset order per partition); one result per partition chain."""
+        chains: dict[tuple[str, int], list[Batch]] = {}
+        for batch in batches:
+            chains.setdefault((batch.topic, batch.partition), []).append(batch)
+        if self._pool is None or len(chains) == 1:
+            return [self._chain(chain) for chain in chains.values()]
+        futures = [self._pool.submit(self._chain, chain) for chain in chains.values()]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Stop the threads and close every connection. Idempotent."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        with self._lock:
+            for client in self._clients:
+                client.close()
+            self._clients.clear()

@@ -1,0 +1,125 @@
+"""Idempotent, versioned schema migrations, recorded in ``schema_migrations``.
+
+Contract of :func:`migrate`: after it returns, the database has every table of
+:mod:`.catalog` and every view of :mod:`.views`, and ``events`` has the TTL
+the settings ask for. Running it again changes nothing. Each migration's
+statements are themselves idempotent (``IF NOT EXISTS`` / ``OR REPLACE``), so a
+migration interrupted half-way is completed by the next run; its row in
+``schema_migrations`` is written only after all its statements succeeded.
+Two concurrent runs are safe (they issue the same idempotent statements).
+New migrations are appended to :data:`MIGRATIONS` with the next version; a
+released migration is never edited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from clickhouse_connect.driver.client import Client
+
+from rewardflow.clickhouse.catalog import ALL_TABLES
+from rewardflow.clickhouse.ddl import create_database, create_table, modify_ttl, ttl_clause
+from rewardflow.clickhouse.dsn import Dsn
+from rewardflow.clickhouse.tables_state import SCHEMA_MIGRATIONS
+from rewardflow.clickhouse.views import ALL_VIEWS
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step; ``statements`` renders its SQL for the configured events TTL (days)."""
+
+    version: int
+    name: str
+    statements: Callable[[int], list[str]]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "reward tables",
+        lambda ttl: [create_table(t, events_ttl_days=ttl) for t in ALL_TABLES if t is not SCHEMA_MIGRATIONS],
+    ),
+    Migration(2, "analyst views", lambda ttl: [v.ddl() for v in ALL_VIEWS]),
+    Migration(
+        3,
+        "topic ids in the sink ledger",
+        lambda ttl: ["ALTER TABLE sink_batches ADD COLUMN IF NOT EXISTS `topic_id` String AFTER `topic`"],
+    ),
+)
+
+
+@dataclass
+class MigrationReport:
+    """What :func:`migrate` did: versions applied now, versions found applied, TTLs changed."""
+
+    database: str
+    applied: list[int] = field(default_factory=list)
+    already: list[int] = field(default_factory=list)
+    ttl_changed: list[str] = field(default_factory=list)
+
+
+def checksum(statements: list[str]) -> str:
+    """A short hash of a migration's rendered statements."""
+    return hashlib.sha256("\n;\n".join(statements).encode()).hexdigest()[:16]
+
+
+def applied_versions(client: Client) -> set[int]:
+    """Versions recorded in ``schema_migrations`` (empty if the table does not exist yet)."""
+    if str(client.command("EXISTS TABLE schema_migrations")) != "1":
+        return set()
+    return {int(r[0]) for r in client.query("SELECT DISTINCT version FROM schema_migrations").result_rows}
+
+
+def _reconcile_ttl(client: Client, events_ttl_days: int) -> list[str]:
+    changed = []
+    for table in ALL_TABLES:
+        if "{events_ttl_days}" not in table.ttl:
+            continue
+        query = client.command(
+            "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
+            parameters={"t": table.name},
+        )
+        wanted = re.search(r"INTERVAL (\d+) DAY", ttl_clause(table, events_ttl_days))
+        current = re.search(r"(?:INTERVAL (\d+) DAY|toIntervalDay\((\d+)\))", str(query))
+        if wanted and (current is None or (current.group(1) or current.group(2)) != wanted.group(1)):
+            client.command(modify_ttl(table, events_ttl_days))
+            changed.append(table.name)
+    return changed
+
+
+def migrate(client: Client, *, events_ttl_days: int = 90) -> MigrationReport:
+    """Bring the client's current database up to date; see the module contract. Blocks."""
+    report = MigrationReport(database=str(client.command("SELECT currentDatabase()")))
+    client.command(create_table(SCHEMA_MIGRATIONS))
+    done = applied_versions(client)
+    for migration in MIGRATIONS:
+        if migration.version in done:
+            report.already.append(migration.version)
+            continue
+        statements = migration.statements(events_ttl_days)
+        for statement in statements:
+            client.command(statement)
+        client.insert(
+            "schema_migrations",
+            [[migration.version, migration.name, checksum(statements)]],
+            column_names=["version", "name", "checksum"],
+        )
+        report.applied.append(migration.version)
+    report.ttl_changed = _reconcile_ttl(client, events_ttl_days)
+    return report
+
+
+def ensure_database(dsn: Dsn) -> None:
+    """Create the DSN's database if it names one that does not exist. Blocks."""
+    from rewardflow.clickhouse.connect import get_client
+
+    if dsn.database is None:
+        return
+    admin = get_client(dsn=dsn.with_database("default"))
+    try:
+        admin.command(create_database(dsn.database))
+    finally:
+        admin.close()

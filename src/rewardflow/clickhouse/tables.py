@@ -1,0 +1,156 @@
+"""Every ClickHouse table of rewardflow, as data (see :mod:`.columns`).
+
+Time: the records carry epoch **milliseconds** as ints, and the tables store
+them as ``Int64`` milliseconds under the same names, so a row read back is
+exactly the record that was produced (the trainer gets what the stream
+emitted, no conversion on either side). Each such column has a
+``DateTime64(3, 'UTC')`` ``ALIAS`` (``served_at``, ``ts_at`` ...) for analysts;
+partition keys and TTLs use the same conversion.
+
+Deduplication: every sink-fed table is a ReplacingMergeTree keyed by the
+record's deterministic id, so a row delivered twice collapses at merge time,
+and readers use ``FINAL`` or ``argMax`` until then. Insert tokens
+(:mod:`.writer`) drop a replayed batch before it is even stored. Partition
+keys are functions of a row's identity (event time, never wall time), so all
+copies of a key share a partition - merges only collapse within one.
+"""
+
+from __future__ import annotations
+
+from rewardflow.clickhouse.columns import Column, TableDef, ms_alias, replacing, sink_columns, sink_settings
+
+C = Column
+S = "String"
+LC = "LowCardinality(String)"
+U32 = "UInt32"
+
+
+def _day(ms_col: str) -> str:
+    return f"toDate(fromUnixTimestamp64Milli({ms_col}, 'UTC'))"
+
+
+def _month(ms_col: str) -> str:
+    return f"toYYYYMM(fromUnixTimestamp64Milli({ms_col}, 'UTC'))"
+
+
+EVENTS = TableDef(
+    name="events",
+    record="EventRow",
+    doc="Validated client events (one row per event), kept events_ttl_days for replay and analysis.",
+    columns=(
+        C("event_id", S, "Client-assigned unique event id."),
+        C("event_type", LC, "InferenceServed, AgentEdit, ToolCall, PersistenceCheck, UserAction, FollowUp, ClarifyingQuestion."),
+        C("schema_version", "UInt16", "Version of the event schema the client used."),
+        C("ts", "Int64", "Event time, epoch ms (client clock)."),
+        C("org_id", LC, "Organisation."),
+        C("session_id", S, "Agent session."),
+        C("request_id", S, "Agent turn (= sample id) the event belongs to."),
+        C("producer_name", LC, "SDK or service that produced the event."),
+        C("producer_version", LC, "Its version."),
+        C("payload", S, "The whole validated event as JSON; replay re-validates it."),
+        C("source_partition", U32, "Partition of events.raw the event was read from."),
+        C("source_offset", "UInt64", "Offset of the record in that partition."),
+        ms_alias("ts", "ts_at"),
+        *sink_columns(),
+    ),
+    engine=replacing(),
+    order_by="(org_id, session_id, request_id, event_id)",
+    partition_by=_day("ts"),
+    ttl="toDateTime(fromUnixTimestamp64Milli(ts, 'UTC')) + INTERVAL {events_ttl_days} DAY",
+    settings=sink_settings(ttl_only_drop_parts=1),
+    id_column="event_id",
+)
+
+REWARDS = TableDef(
+    name="rewards",
+    record="RewardRecord",
+    doc="One scored sample (agent turn) per reward spec version; provisional outcomes are separate rows "
+    "(distinct reward_id). Keyed by (spec_version, sample_id, reward_id); the first copy is kept.",
+    columns=(
+        C("reward_id", S, "stable_id(spec_version, sample_id, horizon or 'final'); unique per row."),
+        C("sample_id", S, "The scored agent turn (= request_id)."),
+        C("spec_version", LC, "Reward spec version that scored it."),
+        C("spec_hash", LC, "Hash of that spec's content."),
+        C("org_id", LC, "Organisation."),
+        C("session_id", S, "Agent session."),
+        C("checkpoint_id", LC, "Model checkpoint that served the turn."),
+        C("experiment_arm", LC, "A/B arm."),
+        C("surface", LC, "Product surface (agent, tab, ...)."),
+        C("served_ts", "Int64", "Event time of InferenceServed, epoch ms."),
+        C("finalised_wm", "Int64", "Watermark (epoch ms) that finalised the outcome."),
+        C("finalised_by", LC, "'watermark' | 'idle' | 'replay'."),
+        C("provisional", "UInt8", "1 = provisional outcome at an earlier horizon, 0 = final."),
+        C("horizon_s", U32, "Last persistence horizon covered, seconds."),
+        C("reward", "Float64", "The scalar reward."),
+        C("components", "Map(String, Float64)", "Named reward components (spec-defined)."),
+        C("latency_ms", U32, "End-to-end latency of the turn."),
+        C("ttft_ms", U32, "Time to first token."),
+        C("completion_tokens", U32, "Tokens generated."),
+        C("n_edits", U32, "Agent edits in the turn."),
+        C("n_tool_calls", U32, "Tool calls."),
+        C("n_tool_broken", U32, "Malformed tool calls (counted as negative, never dropped)."),
+        C("n_tool_error", U32, "Tool calls that ran and failed."),
+        C("n_clarifying", U32, "Clarifying questions asked."),
+        C("n_followups", U32, "Follow-up messages."),
+        C("n_dissatisfied", U32, "Dissatisfied follow-ups."),
+        C("n_accept", U32, "Accept actions."),
+        C("n_reject", U32, "Reject actions."),
+        C("n_undo", U32, "Undo actions."),
+        C("n_revert", U32, "Reverts."),
+        C("persistence", "Map(UInt32, Float64)", "horizon_s -> mean survival score of the edits checked."),
+        C("persisted", "Map(UInt32, UInt32)", "horizon_s -> edits persisted (survival >= threshold)."),
+        C("checked", "Map(UInt32, UInt32)", "horizon_s -> edits with a check at that horizon."),
+        ms_alias("served_ts", "served_at"),
+        ms_alias("finalised_wm", "finalised_at"),
+        *sink_columns(),
+    ),
+    engine=replacing(),
+    order_by="(spec_version, sample_id, reward_id)",
+    partition_by=_month("served_ts"),
+    settings=sink_settings(),
+    id_column="reward_id",
+)
+
+REWARD_WINDOWS = TableDef(
+    name="reward_windows",
+    record="WindowAggregate",
+    doc="Partial aggregates of tumbling windows, one row per (window, source partition); merge the "
+    "partials of one window_key (view windows_merged). A re-emitted partial replaces the older one.",
+    columns=(
+        C("window_id", S, "stable_id(window_key, source_partition)."),
+        C("window_key", S, "stable_id(size, start, checkpoint, arm, surface, spec_version); groups partials."),
+        C("window_start", "Int64", "Window start, epoch ms (inclusive)."),
+        C("window_end", "Int64", "Window end, epoch ms (exclusive)."),
+        C("window_size_s", U32, "Window size, seconds."),
+        C("checkpoint_id", LC, "Model checkpoint."),
+        C("experiment_arm", LC, "A/B arm."),
+        C("surface", LC, "Product surface."),
+        C("spec_version", LC, "Reward spec version."),
+        C("source_partition", U32, "Partition whose samples this partial covers."),
+        C("samples", "UInt64", "Samples in the partial."),
+        C("reward_sum", "Float64", "Sum of rewards."),
+        C("reward_sq_sum", "Float64", "Sum of squared rewards."),
+        C("turns_with_edit", "UInt64", "Turns with at least one edit."),
+        C("turns_dissatisfied", "UInt64", "Turns with a dissatisfied follow-up."),
+        C("turns_followup", "UInt64", "Turns with a follow-up."),
+        C("turns_clarifying", "UInt64", "Turns with a clarifying question."),
+        C("turns_broken", "UInt64", "Turns with a broken tool call."),
+        C("tool_calls", "UInt64", "Tool calls."),
+        C("tool_broken", "UInt64", "Broken tool calls."),
+        C("tool_error", "UInt64", "Failed tool calls."),
+        C("completion_tokens_sum", "UInt64", "Tokens generated."),
+        C("persisted", "Map(UInt32, UInt64)", "horizon_s -> edits persisted."),
+        C("checked", "Map(UInt32, UInt64)", "horizon_s -> edits checked."),
+        C("latency_hist", "Map(UInt32, UInt64)", "Log-bucket index -> turns; mergeable latency histogram."),
+        C("latency_p50", "Float64", "Partial's own p50 latency, ms (not mergeable; use latency_hist)."),
+        C("latency_p95", "Float64", "Partial's own p95 latency, ms."),
+        C("latency_p99", "Float64", "Partial's own p99 latency, ms."),
+        ms_alias("window_start", "window_start_at"),
+        *sink_columns(keep_first=False),
+    ),
+    engine=replacing(keep_first=False),
+    order_by="(window_key, window_id)",
+    partition_by=_month("window_start"),
+    settings=sink_settings(),
+    id_column="window_id",
+)

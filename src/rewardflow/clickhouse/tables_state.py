@@ -1,0 +1,64 @@
+"""Bookkeeping tables: trainer cursors, the sink's batch ledger, schema migrations.
+
+These are written by rewardflow itself, not fed from a topic.
+"""
+
+from __future__ import annotations
+
+from rewardflow.clickhouse.columns import INSERTED_AT, KEEP_FIRST, SEQ, Column, TableDef, sink_settings
+
+C = Column
+
+TRAINER_CURSORS = TableDef(
+    name="trainer_cursors",
+    doc="Per trainer, how far it has read the rewards table. The latest commit of a trainer (largest _seq) "
+    "wins; reading is 'rewards FINAL WHERE _seq > cursor AND _seq <= the settled horizon'.",
+    columns=(
+        C("trainer", "String", "Trainer name (one reader per name at a time)."),
+        C("cursor", "UInt64", "Every rewards row with _seq <= cursor has been handed to this trainer."),
+        C("rows", "UInt64", "Rows handed over by this commit."),
+        C("filters", "String", "The reader's filters at commit time (JSON), for audit."),
+        C("committed_at", "DateTime64(6, 'UTC')", "Wall time of the commit.", "sink", "now64(6, 'UTC')"),
+        SEQ,
+        INSERTED_AT,
+    ),
+    engine="ReplacingMergeTree(_seq)",
+    order_by="(trainer)",
+    settings=sink_settings(),
+)
+
+SINK_BATCHES = TableDef(
+    name="sink_batches",
+    doc="The sink's batch ledger: the offset range of every insert, recorded before the insert. A replay "
+    "re-cuts the same ranges, so its inserts carry the same deduplication tokens and are dropped.",
+    columns=(
+        C("topic", "LowCardinality(String)", "Source topic (full name)."),
+        C("topic_id", "String", "Kafka's id of this incarnation of the topic ('' if the broker gave none)."),
+        C("partition", "UInt32", "Source partition."),
+        C("first_offset", "UInt64", "First offset of the batch."),
+        C("last_offset", "UInt64", "Last offset of the batch (inclusive)."),
+        C("table", "LowCardinality(String)", "Destination table."),
+        C("rows", "UInt64", "Rows in the batch (as counted by the sink)."),
+        C("token", "String", "insert_deduplication_token of the insert."),
+        SEQ,
+        INSERTED_AT,
+        KEEP_FIRST,
+    ),
+    engine="ReplacingMergeTree(_keep)",
+    order_by="(topic, partition, first_offset, topic_id)",
+    ttl="toDateTime(_inserted_at) + INTERVAL 30 DAY",
+    settings=sink_settings(),
+)
+
+SCHEMA_MIGRATIONS = TableDef(
+    name="schema_migrations",
+    doc="Applied schema migrations (see rewardflow.clickhouse.migrate).",
+    columns=(
+        C("version", "UInt32", "Migration number."),
+        C("name", "String", "Migration name."),
+        C("checksum", "String", "Hash of the statements applied."),
+        C("applied_at", "DateTime64(6, 'UTC')", "When it was applied.", "sink", "now64(6, 'UTC')"),
+    ),
+    engine="ReplacingMergeTree(applied_at)",
+    order_by="(version)",
+)

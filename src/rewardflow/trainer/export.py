@@ -1,0 +1,64 @@
+"""Write a trainer pull to a Parquet file, atomically.
+
+Contract of :func:`export_parquet`: the rows of one :class:`RewardReader`
+iteration are written to ``<out>.partial`` and renamed to ``out`` only after
+the file is complete and closed; the reader's cursor is committed only after
+that rename (when ``commit``). So a crash leaves either no file and no cursor
+move, or the whole file and possibly no cursor move (the next export repeats
+those rows) - never a cursor past rows that are not in a file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rewardflow.trainer.reader import RewardReader
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What was written."""
+
+    rows: int
+    path: Path
+    bytes: int
+    seconds: float
+    cursor: int | None
+
+
+def export_parquet(
+    reader: RewardReader, out: Path, *, commit: bool, on_batch: Callable[[int], None] | None = None
+) -> ExportResult:
+    """Stream the reader's next rows into ``out`` (zstd Parquet); see the module contract."""
+    started = time.perf_counter()
+    partial = out.with_name(out.name + ".partial")
+    rows = 0
+    writer: pq.ParquetWriter | None = None
+    try:
+        for batch in reader:
+            if writer is None:
+                writer = pq.ParquetWriter(partial, batch.schema, compression="zstd")
+            writer.write_batch(batch)
+            rows += batch.num_rows
+            if on_batch is not None:
+                on_batch(batch.num_rows)
+        if writer is None:
+            writer = pq.ParquetWriter(partial, reader.schema(), compression="zstd")
+        writer.close()
+        writer = None
+        with open(partial, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(partial, out)
+    finally:
+        if writer is not None:
+            writer.close()
+        if partial.exists():
+            partial.unlink()
+    cursor = reader.commit() if commit else None
+    return ExportResult(rows, out, out.stat().st_size, time.perf_counter() - started, cursor)

@@ -1,0 +1,62 @@
+"""SQL of the trainer pull: cursor lookup, settled horizon, filtered rewards. Pure builders.
+
+All values travel as ClickHouse ``{name:Type}`` parameters, never pasted into
+SQL text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rewardflow.clickhouse.readers import Reader
+from rewardflow.clickhouse.tables import REWARDS
+
+RECORD_COLUMNS = REWARDS.record_columns
+SELECT_COLUMNS = ", ".join(f"`{c}`" for c in (*RECORD_COLUMNS, "_seq"))
+_FILTER_COLUMNS = ("checkpoint_id", "spec_version", "surface", "experiment_arm")
+
+
+def horizon_sql() -> str:
+    """The Snowflake id of ``now - {ms}`` on the server's clock (the read horizon)."""
+    return "SELECT dateTime64ToSnowflakeID(now64(3) - toIntervalMillisecond({ms:UInt64})) AS horizon"
+
+
+def cursor_of(reader: Reader, trainer: str) -> int:
+    """The trainer's latest committed cursor, 0 if none."""
+    table = reader.query_arrow(
+        "SELECT argMax(cursor, _seq) AS c, count() AS n FROM trainer_cursors WHERE trainer = {t:String}",
+        {"t": trainer},
+    )
+    return int(table.column("c")[0].as_py()) if table.column("n")[0].as_py() else 0
+
+
+def where_clause(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``WHERE``-able conditions and parameters for the reader's filters."""
+    conds: list[str] = []
+    params: dict[str, Any] = {}
+    for col in _FILTER_COLUMNS:
+        if filters.get(col) is not None:
+            conds.append(f"{col} = {{{col}:String}}")
+            params[col] = filters[col]
+    if filters.get("only_final", True):
+        conds.append("provisional = 0")
+    return " AND ".join(conds), params
+
+
+def rewards_sql(filters: Mapping[str, Any], after: int, upto: int) -> tuple[str, dict[str, Any]]:
+    """Rows of ``rewards FINAL`` with ``after < _seq <= upto`` matching ``filters``, ordered by ``_seq``."""
+    cond, params = where_clause(filters)
+    extra = f" AND {cond}" if cond else ""
+    sql = (
+        f"SELECT {SELECT_COLUMNS} FROM rewards FINAL "
+        f"WHERE _seq > {{after:UInt64}} AND _seq <= {{upto:UInt64}}{extra} ORDER BY _seq"
+    )
+    return sql, {**params, "after": after, "upto": upto}
+
+
+def count_sql(filters: Mapping[str, Any], after: int) -> tuple[str, dict[str, Any]]:
+    """How many rows an export after ``after`` would return (for progress bars)."""
+    cond, params = where_clause(filters)
+    extra = f" AND {cond}" if cond else ""
+    return f"SELECT count() AS n FROM rewards FINAL WHERE _seq > {{after:UInt64}}{extra}", {**params, "after": after}

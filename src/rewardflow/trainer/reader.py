@@ -1,0 +1,138 @@
+"""Trainer pull: reward records newer than a trainer's cursor, as Arrow record batches.
+
+Exactly once per trainer name, across restarts::
+
+    reader = RewardReader(dsn, trainer="ppo-main", checkpoint="ck-7")
+    for batch in reader:          # pyarrow.RecordBatch, ordered by _seq
+        train_on(batch)
+    reader.commit()               # now these rows are never handed to "ppo-main" again
+
+How: every rewards row carries ``_seq``, a Snowflake id ClickHouse assigns at
+insert (unique, increasing). An iteration reads ``rewards FINAL`` rows with
+``cursor < _seq <= horizon``, where ``cursor`` is the trainer's committed
+position (``trainer_cursors``) and ``horizon`` is the id of "now minus
+``settle_s``", fixed when the iteration starts. Why each piece:
+
+* ``FINAL`` with the table's keep-first version (``_keep = bitNot(_seq)``):
+  a row inserted twice (a replay past the dedup window) collapses to its
+  first copy, whose ``_seq`` the cursor has already passed - never re-sent;
+* ``settle_s``: a row becomes visible when its insert commits, a little after
+  its ``_seq`` was drawn; reading only ids older than the slowest insert
+  means no row can appear later *behind* the cursor (inserts concurrent with
+  the read are picked up next time);
+* :meth:`commit` stores the ``_seq`` of the last row handed out, or the
+  horizon once the iteration was exhausted. Rows handed out but not
+  committed are handed out again by the next iteration (at-least-once until
+  commit; exactly once with commit after use).
+
+``trainer=None`` makes a snapshot reader: it starts from the beginning and
+cannot commit. One reader per trainer name at a time. Filters (checkpoint, spec version,
+surface, arm, only_final) narrow what this trainer receives; rows filtered out
+are behind its cursor afterwards and are not offered to it later. Blocking:
+iteration runs one streamed query; :meth:`commit` one small insert.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from rewardflow.clickhouse.dsn import Dsn
+from rewardflow.clickhouse.readers import Reader
+from rewardflow.settings import Settings, load_settings
+from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql
+
+
+class RewardReader:
+    """Iterate a trainer's new reward records; see the module doc for the guarantees."""
+
+    def __init__(
+        self,
+        dsn: str | Dsn | None = None,
+        *,
+        trainer: str | None,
+        checkpoint: str | None = None,
+        spec_version: str | None = None,
+        surface: str | None = None,
+        arm: str | None = None,
+        only_final: bool = True,
+        batch_rows: int = 65_536,
+        settle_s: float = 10.0,
+        database: str | None = None,
+        settings: Settings | None = None,
+        reader: Reader | None = None,
+    ) -> None:
+        if trainer is not None and not trainer:
+            raise ValueError("trainer name must not be empty (None = snapshot without a cursor)")
+        from rewardflow.clickhouse.connect import open_reader
+
+        self.trainer = trainer
+        self.filters: dict[str, Any] = {
+            "checkpoint_id": checkpoint, "spec_version": spec_version, "surface": surface,
+            "experiment_arm": arm, "only_final": only_final,
+        }
+        self.batch_rows = batch_rows
+        self.settle_ms = int(settle_s * 1000)
+        self._reader = reader or open_reader(settings or load_settings(), dsn=dsn, database=database)
+        self._position: int | None = None  # _seq to commit
+        self._handed = 0
+
+    @property
+    def cursor(self) -> int:
+        """The trainer's committed cursor (0 if it never committed, or for a snapshot). One query."""
+        return 0 if self.trainer is None else cursor_of(self._reader, self.trainer)
+
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the batches (record columns, then ``_seq``)."""
+        sql, params = rewards_sql(self.filters, 0, 0)
+        return self._reader.query_arrow(sql, params).schema
+
+    def count_new(self) -> int:
+        """Rows after the committed cursor that match the filters (ignores the settle window)."""
+        sql, params = count_sql(self.filters, self.cursor)
+        return int(self._reader.query_arrow(sql, params).column(0)[0].as_py())
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        """Yield the rows after the committed cursor in ``_seq`` order, batches of at most ``batch_rows``."""
+        start = self.cursor
+        horizon = int(self._reader.query_arrow(horizon_sql(), {"ms": self.settle_ms}).column(0)[0].as_py())
+        self._position, self._handed = start, 0
+        if horizon <= start:
+            return
+        sql, params = rewards_sql(self.filters, start, horizon)
+        for batch in _rechunk(self._reader.stream_arrow(sql, params), self.batch_rows):
+            self._position = int(batch.column("_seq")[-1].as_py())
+            self._handed += batch.num_rows
+            yield batch
+        self._position = horizon  # exhausted: everything up to the horizon was seen
+
+    def commit(self) -> int:
+        """Persist the position reached by the last iteration; returns it. No-op before iterating."""
+        if self.trainer is None:
+            raise ValueError("a snapshot reader (trainer=None) has no cursor to commit")
+        if self._position is None:
+            return self.cursor
+        filters = json.dumps({k: v for k, v in self.filters.items() if v is not None}, sort_keys=True)
+        self._reader.advance_cursor(self.trainer, self._position, self._handed, filters)
+        self._handed = 0
+        return self._position
+
+    def close(self) -> None:
+        """Release the connection (uncommitted rows will be handed out again)."""
+        self._reader.close()
+
+    def __enter__(self) -> RewardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _rechunk(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
+    """Split record batches to at most ``size`` rows each; zero-copy (slices), order kept."""
+    for batch in batches:
+        for offset in range(0, batch.num_rows, size):
+            yield batch.slice(offset, size)

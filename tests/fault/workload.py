@@ -1,0 +1,172 @@
+"""The fault suite's workload and what a correct pipeline must make of it. Pure (no I/O).
+
+:func:`build_workload` simulates a few hundred agent turns (two arms, with
+client duplicates, out-of-order deliveries, orphan turns and malformed
+records) and interleaves *planted* bad records of every decode/validation
+kind, client batch resends and duplicated Kafka records. The expectation is
+computed by the pure core (:func:`rewardflow.sim.run_through_core`), which is
+what an uninterrupted worker computes:
+
+* ``finals``: (spec_version, sample_id) -> the final reward row, without the
+  fields that depend on when it was finalised (``finalised_wm``, ``finalised_by``);
+* ``orphans``, ``valid_ids``: orphan exclusions and the distinct valid event ids;
+* every planted record's expected dead-letter reason code (one dead letter each).
+
+Event-time knobs (:data:`FAULT_SETTINGS`) keep a turn's life short (horizons
+30 and 120 s, grace 20 s) and disable the worker's wall-clock ticks: the test
+ends the stream with one tick per partition, so the raw topic alone decides
+every output and the expectation is exact.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rewardflow.core.config import DictStore, JoinConfig
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.events.wire import encode_avro, encode_json
+from rewardflow.rewards.registry import active_specs
+from rewardflow.settings import Settings
+from rewardflow.sim import NoiseConfig, SendGroup, ab_config, run_through_core, simulate
+from rewardflow.sim.profiles import CheckpointProfile
+
+FAULT_SETTINGS: dict[str, Any] = {
+    "partitions": 2, "horizons_s": [30, 120], "grace_ms": 20_000, "allowed_lateness_ms": 2_000,
+    "window_sizes_s": [60, 600], "idle_timeout_s": 3_600.0, "idle_clock_rate": 1.0, "provisional": True,
+    "dedup_horizon_ms": 3_600_000, "tombstone_ms": 3_600_000, "max_record_bytes": 262_144, "max_batch_events": 500,
+}
+TIMING = ("finalised_wm", "finalised_by")
+JSON_H = [("rf-format", b"json")]
+AVRO_H = [("rf-format", b"avro")]
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A bad record sent raw (the SDK refuses such data); ``code`` is its dead letter's reason."""
+
+    kind: str
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    key: str
+    code: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """One step of the send schedule: a send group, a planted record, or a duplicate delivery.
+
+    ``op``: ``group`` (through the SDK), ``plant`` (raw), ``resend`` (the group's events again
+    through a second SDK client: a client resending a whole batch) or ``twice`` (the group's
+    events as one Avro record produced twice: a non-idempotent retry).
+    """
+
+    op: str
+    group: SendGroup | None = None
+    planted: Planted | None = None
+
+
+@dataclass
+class Workload:
+    settings: Settings
+    items: list[Item]
+    finals: dict[tuple[str, str], dict[str, Any]]
+    orphans: int
+    valid_ids: set[str]
+    occurrences: int  # valid event deliveries scheduled, duplicates and resends included
+    seed: int
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def planted(self) -> list[Planted]:
+        return [i.planted for i in self.items if i.planted is not None]
+
+    def chunks(self, n: int) -> list[list[Item]]:
+        size = -(-len(self.items) // n)
+        return [self.items[k:k + size] for k in range(0, len(self.items), size)]
+
+
+def dead_letter_code(settings: Settings, value: bytes | None, headers: Any) -> str:
+    """The reason code the core gives ``value`` (asserting it yields exactly one dead letter)."""
+    proc = PartitionProcessor(JoinConfig.from_settings(settings), active_specs(settings), DictStore(), "raw", 0)
+    out = proc.process(value, headers, 0, 0)
+    assert len(out.dead) == 1 and not out.valid, (value, out.counts())
+    return out.dead[0]["reason_code"]
+
+
+def planted_records(settings: Settings, sample: dict[str, Any]) -> list[Planted]:
+    """One bad record per kind the ingest path must dead-letter (and survive)."""
+    sid = sample["session_id"]
+    avro = encode_avro([sample])
+    big = encode_json([{**sample, "event_type": "FollowUp", "text_redacted": "x" * 100}])
+    deep = orjson.dumps({**sample, "tool": "DEEP"}).replace(b'"DEEP"', b"[" * 300 + b"]" * 300)
+    kinds: list[tuple[str, bytes | None, list[tuple[str, bytes]]]] = [
+        ("truncated_avro", avro[:-3], AVRO_H),
+        ("unknown_schema_id", b"\x00" + struct.pack(">I", 123_456_789) + avro[5:], AVRO_H),
+        ("bad_magic", b"\x07" + avro[1:], AVRO_H),
+        ("too_large", big + b" " * settings.max_record_bytes, JSON_H),
+        ("batch_too_large", encode_json([sample] * (settings.max_batch_events + 1)), JSON_H),
+        ("invalid_utf8", orjson.dumps(sample).replace(b'"tool":"', b'"tool":"\xff\xfe', 1), JSON_H),
+        ("json_bomb", b"[" * 5_000 + b"]" * 5_000, JSON_H),
+        ("deeply_nested_field", deep, JSON_H),  # crashed the core before (orjson's 255-level limit)
+        ("non_utf8_format_header", orjson.dumps(sample), [("rf-format", b"\xff\xfe")]),  # crashed it too
+        ("nan", orjson.dumps(sample).replace(b'"duration_ms":', b'"duration_ms":NaN,"x":', 1), JSON_H),
+        ("empty", b"", JSON_H),
+    ]
+    return [Planted(k, v, h, sid, dead_letter_code(settings, v, h)) for k, v, h in kinds]
+
+
+def build_workload(settings: Settings, seed: int, *, sessions: int = 30, turns: int = 10) -> Workload:
+    """The send schedule and its exact expectation (see the module docstring)."""
+    base = CheckpointProfile(checkpoint_id="ck-base", persistence={30: 0.9, 120: 0.8})
+    noise = NoiseConfig(duplicate_rate=0.03, out_of_order_rate=0.05, max_jitter_ms=3_000, malformed_rate=0.04,
+                        orphan_rate=0.02)
+    sim = ab_config(base, "ck-cand", noise=noise, sessions=sessions,
+                    turns_per_session=turns, duration_s=300.0, seed=seed, grace_ms=settings.grace_ms,
+                    lateness_ms=settings.allowed_lateness_ms, start_ms=int(time.time() * 1000) - 6 * 3_600_000)
+    groups, truth = simulate(sim)
+    cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
+    out = run_through_core(groups, cfg=cfg, specs=specs, partitions=settings.partitions)
+    assert not out.late, "the workload must not depend on partitioning: no event may be late"
+    finals = {(r["spec_version"], r["sample_id"]): _comparable(r) for r in out.rewards if not r["provisional"]}
+    assert len(finals) == sum(truth.turns_per_checkpoint.values()) * len(specs)
+
+    sample = next(e for g in groups for e in g.events if e.event_type == "ToolCall").model_dump()
+    extras = planted_records(settings, sample)
+    items: list[Item] = []
+    every = max(1, len(groups) // (len(extras) + 1))
+    occurrences = 0
+    for i, g in enumerate(groups):
+        if g.raw is not None:
+            items.append(Item("plant", planted=Planted("sim_malformed", g.raw, JSON_H, g.session_id,
+                                                       dead_letter_code(settings, g.raw, JSON_H))))
+            continue
+        twice = i % 97 == 50
+        items.append(Item("twice" if twice else "group", group=g))
+        occurrences += len(g.events) * (2 if twice else 1)
+        if i % 89 == 40:
+            items.append(Item("resend", group=g))
+            occurrences += len(g.events)
+        if i % every == every - 1 and extras:
+            items.append(Item("plant", planted=extras.pop()))
+    items.extend(Item("plant", planted=p) for p in extras)
+    valid_ids = {e.event_id for g in groups for e in g.events}
+    orphans = sum(1 for x in out.excluded if x["reason"] == "orphan")
+    assert orphans == truth.orphan_turns
+    w = Workload(settings, items, finals, orphans, valid_ids, occurrences, seed)
+    w.summary = {"seed": seed, "turns": sum(truth.turns_per_checkpoint.values()), "final_rewards": len(finals),
+                 "valid_events": len(valid_ids), "deliveries": occurrences, "planted": len(w.planted),
+                 "orphans": orphans, "resends": sum(i.op == "resend" for i in items),
+                 "twice": sum(i.op == "twice" for i in items)}
+    return w
+
+
+def _comparable(row: Any) -> dict[str, Any]:
+    """A reward row as read back from ClickHouse (map keys as str), without its timing fields."""
+    wire = orjson.loads(orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS))
+    return {k: v for k, v in wire.items() if k not in TIMING}
+

@@ -1,0 +1,74 @@
+"""Every kind of unusable input is dead-lettered with its reason, original bytes and source."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any
+
+import orjson
+import pytest
+
+from rewardflow import topics as T
+from rewardflow.core.records import stable_id
+from rewardflow.events.wire import encode_avro, encode_json
+from tests.factories import ev, turn
+from tests.streams.kafka_io import json_record
+
+pytestmark = pytest.mark.kafka
+JSON_H = [("rf-format", b"json")]
+AVRO_H = [("rf-format", b"avro")]
+
+
+def test_malformed_inputs_are_dead_lettered_with_reason_bytes_and_source(deploy: Any) -> None:
+    d = deploy(max_record_bytes=65_536, max_batch_events=20)
+    raw_topic = d.settings.topic(T.RAW)
+    avro_one = encode_avro([ev("InferenceServed", "r1", "s1")])
+    bad_field = ev("AgentEdit", "r1", "s1", lines_added="many")
+    unknown_type = {**ev("FollowUp", "r1", "s1"), "event_type": "Telepathy"}
+    batch = [ev("InferenceServed", "rb", "s2"), bad_field, ev("ToolCall", "rb", "s2")]
+    # (value, headers, [(index, reason_code, text in reason)]) -- whole-record failures have index -1
+    cases: list[tuple[bytes | None, Any, list[tuple[int, str, str]]]] = [
+        (b'{"events": [{"event_id": ', JSON_H, [(-1, "bad_json", "invalid JSON")]),
+        (b"\x00" + struct.pack(">I", 9999) + avro_one[5:], AVRO_H, [(-1, "unknown_schema_id", "9999")]),
+        (avro_one[:-7], AVRO_H, [(-1, "truncated_avro", "ends early")]),
+        (b"\x01" + avro_one[1:], AVRO_H, [(-1, "bad_magic", "magic byte is 1")]),
+        (encode_json(batch), JSON_H, [(1, "invalid_event", "lines_added")]),
+        (encode_json([unknown_type]), JSON_H, [(0, "invalid_event", "Telepathy")]),
+        (encode_json([ev("FollowUp", "r1", "s1", text_redacted="x" * 16_000)] * 5), JSON_H,
+         [(-1, "too_large", "65536")]),
+        (b"", JSON_H, [(-1, "not_an_event", "empty")]),
+        (None, None, [(-1, "not_an_event", "empty")]),
+        (b"[1, 2]", JSON_H, [(-1, "not_an_event", "JSON must be")]),
+        (b"<event/>", [("rf-format", b"xml")], [(-1, "unknown_format", "xml")]),
+        (encode_json([ev("ClarifyingQuestion", "r1", "s1")] * 21), JSON_H, [(-1, "batch_too_large", "21")]),
+        (b'{"wm": "soon"}', [("rf-format", b"tick")], [(-1, "bad_tick", "tick")]),
+    ]
+    assert len(cases[6][0] or b"") > 65_536
+    offsets = d.raw.send_many([(1, value, headers) for value, headers, _ in cases])
+    expected = sum(len(c[2]) for c in cases)
+    out = d.out.until(lambda o: len(o.rows[T.DEADLETTERS]) >= expected, 20, f"{expected} dead letters").settle(1.0)
+
+    letters = {(r["source_offset"], r["index"]): r for r in out.rows[T.DEADLETTERS]}
+    assert len(out.rows[T.DEADLETTERS]) == len(letters) == expected
+    for (value, _, wants), offset in zip(cases, offsets, strict=True):
+        for index, code, text in wants:
+            row = letters[(offset, index)]
+            assert (row["reason_code"], row["source_topic"], row["source_partition"]) == (code, raw_topic, 1)
+            assert text in row["reason"], (code, row["reason"])
+            assert row["dead_letter_id"] == stable_id(raw_topic, 1, offset, index)
+            original = base64.b64decode(row["original_b64"])
+            if index == -1:
+                assert original == (value or b"")
+            else:  # one event of a record: its own JSON
+                event = orjson.loads(value or b"")
+                event = event["events"][index] if "events" in event else event
+                assert orjson.loads(original) == event
+                assert (row["event_id"], row["event_type"]) == (event["event_id"], event["event_type"])
+    # the rest of the batch with the invalid event went on; so did the worker
+    batch_offset = offsets[4]
+    assert sorted(r["event_id"] for r in out.rows[T.VALID] if r["source_offset"] == batch_offset) == sorted(
+        [batch[0]["event_id"], batch[2]["event_id"]])
+    d.raw.send(1, *json_record(*turn("r-after", "s9", horizons=(30, 120))))
+    d.out.until(lambda o: len(o.finals("r-after")) == 2, 20, "a good turn after the bad records")
+    assert d.worker.alive
