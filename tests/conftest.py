@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.conftest_kafka"]
+pytest_plugins = ["tests.conftest_kafka", "tests.conftest_clickhouse"]
