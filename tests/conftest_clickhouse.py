@@ -87,11 +87,16 @@ def _clickhouse_guard(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     monkeypatch.setattr(clickhouse_connect, "get_client", refuse)
 
 
+_ENGINE: list[Dsn] = []  # the process's one engine, even if the fixture is registered twice
+
+
 @pytest.fixture(scope="session")
 def ch_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dsn]:
-    raw = os.environ.get(DSN_ENV) or f"chdb://{tmp_path_factory.mktemp('chdb').resolve()}"
-    dsn = parse_dsn(raw)
-    admin = get_client(dsn=dsn.with_database("default"))  # owns the chDB engine for the session
+    if not _ENGINE:
+        raw = os.environ.get(DSN_ENV) or f"chdb://{tmp_path_factory.mktemp('chdb').resolve()}"
+        _ENGINE.append(parse_dsn(raw))
+    dsn = _ENGINE[0]
+    admin = get_client(dsn=dsn.with_database("default"))  # keeps the chDB engine open for the session
     try:
         yield dsn
     finally:

@@ -9,13 +9,13 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.core.records import EventRow, RewardRecord, stable_id
 
 T0 = 1_790_000_000_000
 
 
-def reward(i: int, *, checkpoint: str = "ck-a", arm: str = "control", spec: str = "v1", provisional: int = 0,
-           reward_value: float = 0.5, **over: Any) -> RewardRecord:
+def reward(i: int, *, checkpoint: str = "ck-a", arm: str = "control", spec: str = "v1", provisional: int = 0, reward_value: float = 0.5, **over: Any) -> RewardRecord:
     sample = f"req-{i}"
     horizon = 30 if provisional else 900
     rec = RewardRecord(
@@ -82,3 +82,10 @@ def pump(sink: Any, until: Callable[[], bool], timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out; sink metrics: {sink.metrics.snapshot()}")
         sink.poll_once(timeout=0.05)
+
+
+def insert(client: Any, rows: Any, token: str | None = None) -> None:
+    """Insert reward rows straight into ``rewards`` (as the sink would, without Kafka)."""
+    body = b"\n".join(orjson.dumps(r, option=orjson.OPT_NON_STR_KEYS) for r in rows)
+    settings = {"insert_deduplication_token": token} if token else {}
+    client.raw_insert("rewards", list(REWARDS.record_columns), body, fmt="JSONEachRow", settings=settings)

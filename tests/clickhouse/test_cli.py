@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import typer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from rewardflow.cli import db, export, sql
 from rewardflow.clickhouse.describe import markdown
 from rewardflow.clickhouse.readserver import ReadServer
-from tests.clickhouse.rows import reward
-from tests.trainer.test_reader import insert
+from tests.clickhouse.rows import insert, reward
+from tests.conftest_clickhouse import ChDatabase
 
 pytestmark = pytest.mark.clickhouse
 runner = CliRunner()
@@ -30,7 +31,7 @@ def _app() -> typer.Typer:
 
 
 @pytest.fixture
-def env(ch_db, monkeypatch) -> dict[str, str]:
+def env(ch_db: ChDatabase, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     s = ch_db.settings()
     values = {"REWARDFLOW_CLICKHOUSE_DSN": ch_db.dsn.secret, "REWARDFLOW_HOME": str(s.home), "REWARDFLOW_WEB_PORT": str(s.web_port)}
     for k, v in values.items():
@@ -38,7 +39,7 @@ def env(ch_db, monkeypatch) -> dict[str, str]:
     return values
 
 
-def run(*args: str):
+def run(*args: str) -> Result:
     return runner.invoke(_app(), list(args))
 
 
@@ -47,19 +48,19 @@ def run(*args: str):
     "CREATE TABLE x (a UInt8) ENGINE = Memory", "TRUNCATE TABLE rewards", "SELECT 1; DROP TABLE rewards",
     "SELECT 1 INTO OUTFILE '/tmp/x.csv'", "  -- comment\n  OPTIMIZE TABLE rewards FINAL", "RENAME TABLE rewards TO r2",
 ])
-def test_sql_refuses_writes(env, ch_db, statement) -> None:
+def test_sql_refuses_writes(env: dict[str, str], ch_db: ChDatabase, statement: str) -> None:
     result = run("sql", statement)
     assert result.exit_code == 2
     assert result.output.startswith("error: refused")
     assert ch_db.client.command("EXISTS TABLE rewards") == 1
 
 
-def test_sql_readonly_is_enforced_by_the_server_too(env) -> None:
+def test_sql_readonly_is_enforced_by_the_server_too(env: dict[str, str]) -> None:
     result = run("sql", "SELECT 1 SETTINGS readonly = 0")
     assert result.exit_code == 2 and "Code 164" in result.output and "Traceback" not in result.output
 
 
-def test_a_bad_query_prints_clickhouse_error_not_a_traceback(env) -> None:
+def test_a_bad_query_prints_clickhouse_error_not_a_traceback(env: dict[str, str]) -> None:
     result = run("sql", "SELECT * FROM no_such_table")
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and result.output.startswith("error: Code 60:")
@@ -68,7 +69,7 @@ def test_a_bad_query_prints_clickhouse_error_not_a_traceback(env) -> None:
     assert syntax.exit_code == 2 and "Syntax error" in syntax.output
 
 
-def test_sql_formats(env, ch_db) -> None:
+def test_sql_formats(env: dict[str, str], ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(3)])
     as_json = run("sql", "SELECT sample_id, persisted FROM rewards ORDER BY sample_id", "--format", "json")
     assert as_json.exit_code == 0, as_json.output
@@ -78,7 +79,7 @@ def test_sql_formats(env, ch_db) -> None:
     assert "3 rows" in run("sql", "SELECT * FROM rewards_latest").output
 
 
-def test_export_file_matches_the_table_and_trainer_mode_is_incremental(env, ch_db, tmp_path) -> None:
+def test_export_file_matches_the_table_and_trainer_mode_is_incremental(env: dict[str, str], ch_db: ChDatabase, tmp_path: Path) -> None:
     insert(ch_db.client, [reward(i, checkpoint="ck-a" if i % 3 else "ck-b") for i in range(90)])
     insert(ch_db.client, [reward(i, checkpoint="ck-a") for i in range(1, 90, 3)], token="dup")  # duplicates
     out = tmp_path / "r.parquet"
@@ -96,7 +97,7 @@ def test_export_file_matches_the_table_and_trainer_mode_is_incremental(env, ch_d
     assert "exported 0 rows" in again.output and pq.read_table(out).num_rows == 0
 
 
-def test_db_migrate_and_describe(env, ch_db) -> None:
+def test_db_migrate_and_describe(env: dict[str, str], ch_db: ChDatabase) -> None:
     result = run("db", "migrate")
     assert result.exit_code == 0, result.output
     assert "applied migrations none" in result.output
@@ -117,7 +118,7 @@ def _child(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
 
 
-def test_other_process_reads_through_the_owner_endpoint(env, ch_db) -> None:
+def test_other_process_reads_through_the_owner_endpoint(env: dict[str, str], ch_db: ChDatabase) -> None:
     if not ch_db.dsn.embedded:
         pytest.skip("only chDB has a single owner")
     insert(ch_db.client, [reward(i) for i in range(5)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import orjson
 import pytest
@@ -13,7 +14,6 @@ from rewardflow.clickhouse.errors import clean_message
 from rewardflow.clickhouse.process import MessageRejected, line_from_message, rows_from_message
 from rewardflow.clickhouse.readonly import ReadOnlyViolation, check_read_only
 from tests.clickhouse.rows import reward
-
 
 def test_dsn_forms_and_database_selection() -> None:
     d = parse_dsn("chdb:///var/lib/rf")
@@ -82,13 +82,13 @@ def test_clean_message_is_one_line_without_repeats_or_version() -> None:
     assert clean_message(RuntimeError(raw)) == "Code 60: Unknown table expression identifier 'x' in scope SELECT * FROM x. (UNKNOWN_TABLE)"
 
 
-def test_probe_engine_on_a_free_and_a_missing_directory(tmp_path) -> None:
+def test_probe_engine_on_a_free_and_a_missing_directory(tmp_path: Path) -> None:
     assert probe_engine(tmp_path / "missing") is None
     (tmp_path / "status").write_text(f"PID: {os.getpid()}\n")
     assert probe_engine(tmp_path) is None  # a status file nobody locks: free
 
 
-def test_probe_engine_sees_a_held_lock_without_breaking_it(tmp_path) -> None:
+def test_probe_engine_sees_a_held_lock_without_breaking_it(tmp_path: Path) -> None:
     import fcntl
 
     status = tmp_path / "status"

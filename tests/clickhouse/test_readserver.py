@@ -5,21 +5,22 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
+from rewardflow.clickhouse.errors import QueryError
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
 from rewardflow.clickhouse.readserver import ReadServer
 from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
-from rewardflow.clickhouse.errors import QueryError
-from tests.conftest_clickhouse import free_port
+from tests.conftest_clickhouse import ChDatabase, free_port
 
 pytestmark = pytest.mark.clickhouse
 
 
 @pytest.fixture
-def server(ch_db):
+def server(ch_db: ChDatabase) -> Iterator[ReadServer]:
     srv = ReadServer(ch_db.dsn, "127.0.0.1", free_port()).start()
     yield srv
     srv.stop()
@@ -34,14 +35,14 @@ def post(url: str, body: bytes, ctype: str = "text/plain") -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def test_plain_sql_body_returns_an_arrow_stream(server, ch_db) -> None:
+def test_plain_sql_body_returns_an_arrow_stream(server: ReadServer, ch_db: ChDatabase) -> None:
     status, body = post(f"{server.url}/query", b"SELECT number AS n FROM system.numbers LIMIT 3")
     assert status == 200
     assert pa.ipc.open_stream(body).read_all().column("n").to_pylist() == [0, 1, 2]
     assert endpoint_alive(server.url)
 
 
-def test_writes_are_refused_with_403_and_nothing_changes(server, ch_db) -> None:
+def test_writes_are_refused_with_403_and_nothing_changes(server: ReadServer, ch_db: ChDatabase) -> None:
     status, body = post(f"{server.url}/query", json.dumps({"sql": "DROP TABLE rewards", "database": ch_db.name}).encode(), "application/json")
     assert status == 403 and body.startswith(b"refused")
     assert ch_db.client.command("EXISTS TABLE rewards") == 1
@@ -52,7 +53,7 @@ def test_writes_are_refused_with_403_and_nothing_changes(server, ch_db) -> None:
         remote.query_arrow("SELECT 1 SETTINGS readonly = 0")  # the server-side guarantee
 
 
-def test_bad_query_and_bad_database_are_clean_400s(server, ch_db) -> None:
+def test_bad_query_and_bad_database_are_clean_400s(server: ReadServer, ch_db: ChDatabase) -> None:
     remote = RemoteReader(server.url, database=ch_db.name)
     with pytest.raises(QueryError, match="Code 60"):
         remote.query_arrow("SELECT * FROM nope")
@@ -60,7 +61,7 @@ def test_bad_query_and_bad_database_are_clean_400s(server, ch_db) -> None:
         RemoteReader(server.url, database="x; DROP").query_arrow("SELECT 1")
 
 
-def test_empty_result_keeps_its_schema_and_cursor_commit_works(server, ch_db) -> None:
+def test_empty_result_keeps_its_schema_and_cursor_commit_works(server: ReadServer, ch_db: ChDatabase) -> None:
     remote = RemoteReader(server.url, database=ch_db.name)
     table = remote.query_arrow("SELECT reward_id, persisted FROM rewards")
     assert table.num_rows == 0 and table.column_names == ["reward_id", "persisted"]

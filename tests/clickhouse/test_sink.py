@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from rewardflow.clickhouse.errors import ClickHouseUnavailable
 from rewardflow.clickhouse.sink import RewardSink
 from rewardflow.clickhouse.sinkconfig import SinkConfigError
 from tests.clickhouse.rows import committed, event_row, produce, pump, reset_offsets, reward, values
+from tests.conftest_clickhouse import ChDatabase
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.kafka]
 
 
-def _count(client, table: str, final: bool = False) -> int:
+def _count(client: Any, table: str, final: bool = False) -> int:
     return int(client.command(f"SELECT count() FROM {table}{' FINAL' if final else ''}"))
 
 
-def _sink(ch_db, kafka_broker, topic: str, logical: str, group: str, **kw) -> RewardSink:
+def _sink(ch_db: ChDatabase, kafka_broker: Any, topic: str, logical: str, group: str, **kw: Any) -> RewardSink:
     settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, sink_batch_rows=kw.pop("rows", 40),
                               sink_batch_seconds=kw.pop("seconds", 0.2))
     return RewardSink(settings, topics={topic: logical}, group_id=group, serve_reads=False, **kw)
 
 
-def test_rows_land_once_even_when_the_whole_topic_is_replayed(ch_db, kafka_broker, unique_topic, unique_group) -> None:
+def test_rows_land_once_even_when_the_whole_topic_is_replayed(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
     topic = unique_topic("rewards", partitions=2)
     rows = [reward(i) for i in range(300)]
     sink = _sink(ch_db, kafka_broker, topic, "rewards", unique_group)
     # produced in rounds while the sink runs, so batches are cut by time as well as by size
     for k in range(0, 300, 60):
         produce(kafka_broker.bootstrap, topic, values(rows[k:k + 60], per_record=7))
-        pump(sink, lambda k=k: sink.metrics.rows_written["rewards"] >= k + 60)
+        target = k + 60
+        pump(sink, lambda: sink.metrics.rows_written["rewards"] >= target)
     sink.close()
     assert _count(ch_db.client, "rewards") == 300
     first_batches = sink.metrics.batches["rewards"]
@@ -44,7 +49,7 @@ def test_rows_land_once_even_when_the_whole_topic_is_replayed(ch_db, kafka_broke
     assert ch_db.client.command("SELECT uniqExact(reward_id) FROM rewards") == 300
 
 
-def test_row_values_round_trip(ch_db, kafka_broker, unique_topic, unique_group) -> None:
+def test_row_values_round_trip(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
     topic = unique_topic("events.valid")
     rows = [event_row(i) for i in range(25)]
     produce(kafka_broker.bootstrap, topic, values(rows, per_record=4))
@@ -57,7 +62,7 @@ def test_row_values_round_trip(ch_db, kafka_broker, unique_topic, unique_group) 
     assert committed(kafka_broker.bootstrap, unique_group, topic, 1) == {0: 7}
 
 
-def test_no_commit_while_clickhouse_fails_then_resume(ch_db, kafka_broker, unique_topic, unique_group, caplog) -> None:
+def test_no_commit_while_clickhouse_fails_then_resume(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str, caplog: pytest.LogCaptureFixture) -> None:
     topic = unique_topic("rewards")
     down = {"on": True, "calls": 0}
 
@@ -80,7 +85,7 @@ def test_no_commit_while_clickhouse_fails_then_resume(ch_db, kafka_broker, uniqu
     sink.close()
 
 
-def test_a_rejected_row_goes_to_dead_letters_and_the_partition_moves_on(ch_db, kafka_broker, unique_topic, unique_group) -> None:
+def test_a_rejected_row_goes_to_dead_letters_and_the_partition_moves_on(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
     topic = unique_topic("rewards")
     rows = [reward(i) for i in range(20)]
     rows[7]["latency_ms"] = "slow"  # type: ignore[typeddict-item]
@@ -97,13 +102,13 @@ def test_a_rejected_row_goes_to_dead_letters_and_the_partition_moves_on(ch_db, k
     assert sink.metrics.dead_lettered == 3
 
 
-def test_auto_commit_is_refused(ch_db, kafka_broker) -> None:
+def test_auto_commit_is_refused(ch_db: ChDatabase, kafka_broker: Any) -> None:
     settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap)
     with pytest.raises(SinkConfigError, match="enable.auto.commit"):
         RewardSink(settings, consumer_overrides={"enable.auto.commit": True}, serve_reads=False)
 
 
-def test_sink_thread_serves_reads_while_running_and_flushes_on_stop(ch_db, kafka_broker, unique_topic, unique_group) -> None:
+def test_sink_thread_serves_reads_while_running_and_flushes_on_stop(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
     import os
     import subprocess
     import sys
@@ -138,7 +143,7 @@ def test_sink_thread_serves_reads_while_running_and_flushes_on_stop(ch_db, kafka
     assert committed(kafka_broker.bootstrap, unique_group, topic, 1) == {0: 10}  # ... and committed
 
 
-def test_a_recreated_topic_is_not_mistaken_for_a_replay(ch_db, kafka_broker, unique_topic, unique_group) -> None:
+def test_a_recreated_topic_is_not_mistaken_for_a_replay(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
     import time
 
     from rewardflow.kafka_local.admin import create_topics, delete_topics
@@ -166,7 +171,7 @@ def test_a_recreated_topic_is_not_mistaken_for_a_replay(ch_db, kafka_broker, uni
     assert _count(ch_db.client, "rewards") == 40
 
 
-def test_unreachable_server_is_retried_not_fatal_and_the_password_stays_secret(ch_db, kafka_broker, unique_topic, unique_group, caplog) -> None:
+def test_unreachable_server_is_retried_not_fatal_and_the_password_stays_secret(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str, caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
     from pydantic import SecretStr

@@ -7,6 +7,7 @@ import typing
 import pytest
 
 from rewardflow.clickhouse.catalog import ALL_TABLES, SINK_TABLES, table_of_topic
+from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.ddl import create_table
 from rewardflow.core import records
 from rewardflow.topics import TABLE_OF_TOPIC
@@ -29,13 +30,13 @@ def _compatible(py: object, ch: str) -> bool:
 
 
 @pytest.mark.parametrize("table", SINK_TABLES, ids=lambda t: t.name)
-def test_record_columns_are_the_typeddict_fields_in_order(table) -> None:
+def test_record_columns_are_the_typeddict_fields_in_order(table: TableDef) -> None:
     hints = typing.get_type_hints(getattr(records, table.record))
     assert table.record_columns == tuple(hints)
 
 
 @pytest.mark.parametrize("table", SINK_TABLES, ids=lambda t: t.name)
-def test_column_types_fit_the_python_types(table) -> None:
+def test_column_types_fit_the_python_types(table: TableDef) -> None:
     hints = typing.get_type_hints(getattr(records, table.record))
     wrong = {n: (hints[n], table.column(n).type) for n in hints if not _compatible(hints[n], table.column(n).type)}
     assert not wrong
@@ -54,7 +55,7 @@ def test_late_events_and_exclusions_share_one_column_definition() -> None:
 
 
 @pytest.mark.parametrize("table", ALL_TABLES, ids=lambda t: t.name)
-def test_every_table_and_column_is_documented_and_renders(table) -> None:
+def test_every_table_and_column_is_documented_and_renders(table: TableDef) -> None:
     assert table.doc
     assert all(c.doc for c in table.columns)
     ddl = create_table(table, events_ttl_days=7)
@@ -64,13 +65,13 @@ def test_every_table_and_column_is_documented_and_renders(table) -> None:
 
 
 @pytest.mark.parametrize("table", SINK_TABLES, ids=lambda t: t.name)
-def test_sink_tables_dedup_inserts_and_carry_a_cursor_column(table) -> None:
+def test_sink_tables_dedup_inserts_and_carry_a_cursor_column(table: TableDef) -> None:
     assert int(table.settings["non_replicated_deduplication_window"]) > 0
     assert table.column("_seq").expr == "generateSnowflakeID()"
     assert table.engine.startswith("ReplacingMergeTree")
 
 
 @pytest.mark.parametrize("table", SINK_TABLES, ids=lambda t: t.name)
-def test_partition_keys_never_use_wall_time(table) -> None:
+def test_partition_keys_never_use_wall_time(table: TableDef) -> None:
     # copies of a key must share a partition, or neither merges nor FINAL can collapse them
     assert not any(col in table.partition_by for col in ("dead_lettered_at", "raised_at", "_inserted_at", "_seq"))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import orjson
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -10,19 +11,13 @@ from rewardflow.clickhouse.readserver import ReadServer
 from rewardflow.clickhouse.remote import RemoteReader
 from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.trainer.reader import RewardReader
-from tests.clickhouse.rows import reward
-from tests.conftest_clickhouse import free_port
+from tests.clickhouse.rows import insert, reward
+from tests.conftest_clickhouse import ChDatabase, free_port
 
 pytestmark = pytest.mark.clickhouse
 
 
-def insert(client, rows, token: str | None = None) -> None:
-    body = b"\n".join(orjson.dumps(r, option=orjson.OPT_NON_STR_KEYS) for r in rows)
-    settings = {"insert_deduplication_token": token} if token else {}
-    client.raw_insert("rewards", list(REWARDS.record_columns), body, fmt="JSONEachRow", settings=settings)
-
-
-def pull(ch_db, trainer: str = "ppo", commit: bool = True, **kw) -> list[str]:
+def pull(ch_db: ChDatabase, trainer: str = "ppo", commit: bool = True, **kw: Any) -> list[str]:
     reader = RewardReader(ch_db.dsn, trainer=trainer, settle_s=0, settings=ch_db.settings(), **kw)
     try:
         got = [sid for batch in reader for sid in batch.column("sample_id").to_pylist()]
@@ -33,7 +28,7 @@ def pull(ch_db, trainer: str = "ppo", commit: bool = True, **kw) -> list[str]:
         reader.close()
 
 
-def test_each_sample_once_across_restarts_despite_duplicates_and_provisionals(ch_db) -> None:
+def test_each_sample_once_across_restarts_despite_duplicates_and_provisionals(ch_db: ChDatabase) -> None:
     first = [reward(i) for i in range(100)]
     insert(ch_db.client, first)
     insert(ch_db.client, [reward(i, provisional=1) for i in range(100, 130)])  # not final: never handed out
@@ -51,7 +46,7 @@ def test_each_sample_once_across_restarts_despite_duplicates_and_provisionals(ch
     assert pull(ch_db, trainer="other") and len(pull(ch_db, trainer="fresh")) == 150
 
 
-def test_partial_iteration_commits_only_what_was_handed_out(ch_db) -> None:
+def test_partial_iteration_commits_only_what_was_handed_out(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(100)])
     reader = RewardReader(ch_db.dsn, trainer="t", batch_rows=30, settle_s=0, settings=ch_db.settings())
     it = iter(reader)
@@ -63,14 +58,14 @@ def test_partial_iteration_commits_only_what_was_handed_out(ch_db) -> None:
     assert len(rest) == 70 and not set(rest) & set(batch.column("sample_id").to_pylist())
 
 
-def test_uncommitted_rows_are_handed_out_again(ch_db) -> None:
+def test_uncommitted_rows_are_handed_out_again(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(10)])
     assert len(pull(ch_db, trainer="t", commit=False)) == 10
     assert len(pull(ch_db, trainer="t")) == 10
     assert pull(ch_db, trainer="t") == []
 
 
-def test_filters_and_batches(ch_db) -> None:
+def test_filters_and_batches(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i, checkpoint="ck-a" if i % 2 else "ck-b", arm="x") for i in range(40)])
     reader = RewardReader(ch_db.dsn, trainer="t", checkpoint="ck-a", batch_rows=7, settle_s=0, settings=ch_db.settings())
     batches = list(reader)
@@ -82,14 +77,14 @@ def test_filters_and_batches(ch_db) -> None:
     assert table.column("_seq").to_pylist() == sorted(table.column("_seq").to_pylist())
 
 
-def test_settle_window_hides_rows_younger_than_it(ch_db) -> None:
+def test_settle_window_hides_rows_younger_than_it(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(5)])
     reader = RewardReader(ch_db.dsn, trainer="t", settle_s=3600, settings=ch_db.settings())
     assert list(reader) == []
     reader.close()
 
 
-def test_through_the_owner_endpoint_same_answer(ch_db) -> None:
+def test_through_the_owner_endpoint_same_answer(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(30)])
     server = ReadServer(ch_db.dsn, "127.0.0.1", free_port()).start()
     try:
