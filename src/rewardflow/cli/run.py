@@ -45,9 +45,14 @@ def migrate_db(settings: Settings) -> None:
     from rewardflow.clickhouse.connect import as_dsn, get_client
     from rewardflow.clickhouse.migrate import ensure_database, migrate
 
+    from rewardflow.rewards.registry import check_and_register, load_dir, select_active, specs_dir
+
     dsn = as_dsn(settings.dsn)
     ensure_database(dsn)
-    migrate(get_client(dsn=dsn), events_ttl_days=settings.events_ttl_days)
+    client = get_client(dsn=dsn)
+    migrate(client, events_ttl_days=settings.events_ttl_days)
+    # A spec whose content changed under an already-registered version is refused here, at start.
+    check_and_register(client, select_active(load_dir(specs_dir(settings)), settings.active_spec_versions))
 
 
 class StatusLine(threading.Thread):
@@ -106,11 +111,12 @@ def command(
     if sink:
         from rewardflow.clickhouse.errors import ClickHouseError
         from rewardflow.clickhouse.sink import RewardSink
+        from rewardflow.rewards.spec import SpecError
 
         try:
             migrate_db(settings)
             parts["sink"] = sink_obj = RewardSink(settings)
-        except ClickHouseError as exc:
+        except (ClickHouseError, SpecError) as exc:
             _fail(str(exc))
         thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
         thread.start()
