@@ -11,6 +11,7 @@ how to fix it. Unsafe combinations fail here, at start, never later.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -35,7 +36,8 @@ class Settings(BaseSettings):
     """Every knob of rewardflow. Secrets are ``SecretStr`` and never printed."""
 
     model_config = SettingsConfigDict(
-        env_prefix="REWARDFLOW_", extra="ignore", validate_default=True
+        # hide_input_in_errors: a ValidationError would otherwise quote the whole input, passwords included
+        env_prefix="REWARDFLOW_", extra="ignore", validate_default=True, hide_input_in_errors=True
     )
 
     # --- local state -------------------------------------------------------
@@ -64,7 +66,7 @@ class Settings(BaseSettings):
     allowed_lateness_ms: int = Field(5_000, ge=0, description="Watermark = max event time - this.")
     grace_ms: int = Field(60_000, ge=0, description="Wait after the last horizon before finalising a turn.")
     horizons_s: list[int] = Field([30, 120, 300, 600, 900], description="Persistence horizons, seconds.")
-    provisional: bool = Field(True, description="Emit provisional outcomes at earlier horizons.")
+    provisional: bool = Field(False, description="Also emit provisional outcomes at earlier horizons (costs a session load per horizon).")
     idle_timeout_s: float = Field(5.0, gt=0, description="Partition idle this long => watermark follows the wall clock.")
     idle_clock_rate: float = Field(1.0, gt=0, description="Event-time ms advanced per wall ms while idle.")
     dedup_horizon_ms: int = Field(3_600_000, ge=0, description="Duplicate event_ids are dropped within this horizon.")
@@ -118,10 +120,10 @@ class Settings(BaseSettings):
                 "REWARDFLOW_KAFKA_SASL_USERNAME and REWARDFLOW_KAFKA_SASL_PASSWORD"
             )
         if self.kafka_sasl_password is not None and self.kafka_security_protocol == "SASL_PLAINTEXT":
-            host = self.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]
-            if host not in ("127.0.0.1", "localhost", "::1"):
+            remote = [h for h in _bootstrap_hosts(self.kafka_bootstrap) if not _is_loopback(h)]
+            if remote:  # every server of the list, not only the first, may receive the password
                 raise ValueError(
-                    "refusing to send a SASL password in clear text to a non-loopback broker: "
+                    f"refusing to send a SASL password in clear text to a non-loopback broker ({', '.join(remote)}): "
                     "use REWARDFLOW_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
                 )
         if self.dedup_horizon_ms > self.tombstone_ms and self.tombstone_ms == 0:
@@ -153,6 +155,24 @@ class Settings(BaseSettings):
         if self.kafka_ssl_cafile:
             cfg["ssl.ca.location"] = str(self.kafka_ssl_cafile)
         return cfg
+
+
+def _bootstrap_hosts(bootstrap: str) -> list[str]:
+    """The host of every ``host:port`` (or ``[v6]:port``) in a bootstrap list."""
+    hosts = []
+    for item in filter(None, (x.strip() for x in bootstrap.split(","))):
+        host = item.rsplit(":", 1)[0] if item.count(":") == 1 or item.startswith("[") else item
+        hosts.append(host.strip("[]"))
+    return hosts
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -137,7 +137,7 @@ class PartitionProcessor:
         turn.apply(ev)
         if turn.served is not None:
             self._open_served[rid] = turn.served["ts"]
-        st.seen[ev.event_id] = [ev.ts, offset, idx]
+        st.note_seen(ev.event_id, ev.ts, offset, idx)
         if ev.ts > self.maxts:
             self.maxts = ev.ts
         out.valid.append(event_row(ev, raw, self.partition, offset))

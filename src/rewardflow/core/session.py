@@ -50,6 +50,19 @@ class SessionState:
     turns: dict[str, TurnState] = field(default_factory=dict)
     seen: dict[str, list[int]] = field(default_factory=dict)
     done: dict[str, Tombstone] = field(default_factory=dict)
+    _seen_min: int | None = field(default=None, repr=False, compare=False)  # cache, never persisted
+
+    def note_seen(self, event_id: str, ts: int, offset: int, index: int) -> None:
+        """Record an applied event (keeps the cached oldest timestamp current)."""
+        self.seen[event_id] = [ts, offset, index]
+        if self._seen_min is not None and ts < self._seen_min:
+            self._seen_min = ts
+
+    def seen_floor(self) -> int:
+        """Oldest timestamp among the seen ids (cached; the set must be non-empty)."""
+        if self._seen_min is None:
+            self._seen_min = min(v[0] for v in self.seen.values())
+        return self._seen_min
 
     def is_empty(self) -> bool:
         return not (self.turns or self.seen or self.done)
@@ -66,7 +79,9 @@ class SessionState:
             limit = wm - dedup_ms
             if self.turns:  # an open turn's events must stay known, or a resend would count twice
                 limit = min(limit, min(t.first_ts for t in self.turns.values()))
-            self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
+            if self.seen_floor() < limit:
+                self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
+                self._seen_min = None
         if self.done:
             limit = wm - keep_done_ms
             self.done = {
@@ -77,7 +92,7 @@ class SessionState:
         """Earliest event time at which this session needs attention, or None."""
         cands = list(deadlines)
         if self.seen:
-            cands.append(min(v[0] for v in self.seen.values()) + dedup_ms)
+            cands.append(self.seen_floor() + dedup_ms)
         if self.done:
             cands.append(min(t.wm for t in self.done.values()) + max(keep_done_ms, step_ms))
         return min(cands) if cands else None
@@ -89,6 +104,7 @@ class SessionState:
             [t.to_obj() for t in self.turns.values()],
             self.seen,
             {k: t.to_obj() for k, t in self.done.items()},
+            self.seen_floor() if self.seen else None,
         ]
 
     @classmethod
@@ -100,4 +116,5 @@ class SessionState:
             {t.request_id: t for t in turns},
             o[3],
             {k: Tombstone.from_obj(v) for k, v in o[4].items()},
+            o[5] if len(o) > 5 else None,
         )
