@@ -1,0 +1,476 @@
+"""End-to-end benchmark: Kafka raw topic -> ``rewardflow run`` (one worker process) -> rows in chDB. Not a test.
+
+For each size N (``--sizes``, default 100k, 300k, 1M events) and each repeat (``--repeat``):
+
+1. untimed: the simulator (``rewardflow.sim``, A/B config, no noise) makes N
+   events; session starts arrive at a constant ``--sessions-per-hour`` so a
+   bigger N means *more hours* of traffic, not more concurrent sessions (state
+   should then stay flat thanks to expiry). A session's events due within
+   ``--batch-window-ms`` form one Kafka record (an Avro session batch, as the
+   SDK sends them), keyed by session_id with header ``rf-format: avro``. They
+   are produced to the raw topic of a fresh topic prefix with a plain
+   confluent-kafka producer *before* the pipeline starts.
+2. pipeline: ``rewardflow run`` starts as a subprocess (its own chDB path,
+   idle timeout 1 s and idle clock rate 1000 so the tail of turns finalises
+   within seconds after the backlog). Clock: from ``Popen`` until
+   ``SELECT count() FROM events`` on the worker's read endpoint reaches N
+   (polled every 0.25 s). Also reported: the same rate counted from the moment
+   the read endpoint answers (startup excluded).
+3. freshness: once the final rewards stop changing, every record of the
+   rewards topic is read with its Kafka timestamp (the time the worker emitted
+   the reward = the turn's finalisation) and joined by ``reward_id`` with the
+   ``rewards`` table's ``_inserted_at`` (server time of the sink's insert):
+   p50/p99 of the delay, for final rewards (and all rows). Target p99 <= 2 s.
+   Note: most rewards here are emitted *during* the backlog, i.e. under full
+   load, which is the worst case.
+4. memory: ``VmHWM`` (peak RSS) of the worker process from /proc after all
+   turns are finalised, beside the number of finalised turns, and the
+   worker's RSS right after its read endpoint came up (its startup floor).
+5. floor: in this process, a plain confluent-kafka consumer reads the same
+   raw records, decodes them (``decode_record``: fastavro/orjson, no
+   validation), builds the ``events`` rows (envelope columns + payload JSON +
+   source partition/offset) as Arrow and ``insert_arrow``s them in batches of
+   ``sink_batch_rows`` into a chDB database of this process (another path than
+   the worker's). Ratio = pipeline / floor (target >= 0.5; target pipeline
+   >= 20k events/s per worker).
+
+Prints a rich table and writes ``bench/results/e2e.json`` (with the load
+average: this machine is shared, numbers move with it).
+
+    python bench/bench_e2e.py [--bootstrap HOST:PORT] [--sizes 100000,300000,1000000] [--repeat 3] [--quick]
+
+Without ``--bootstrap`` (or ``REWARDFLOW_KAFKA_BOOTSTRAP``) a local broker is started (and stopped) in a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from pydantic import SecretStr
+
+from rewardflow import topics as T
+from rewardflow.clickhouse.catalog import table as table_def
+from rewardflow.clickhouse.connect import get_client
+from rewardflow.clickhouse.ddl import create_database
+from rewardflow.clickhouse.dsn import parse_dsn
+from rewardflow.clickhouse.migrate import migrate
+from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
+from rewardflow.demo.worker_proc import settings_env
+from rewardflow.events.validate import to_dict
+from rewardflow.events.wire import decode_record, encode_avro
+from rewardflow.kafka_local.ports import free_ports, port_is_free
+from rewardflow.provision import ensure_topics
+from rewardflow.settings import Settings
+from rewardflow.sim import Simulator, ab_config
+
+RESULTS = Path(__file__).resolve().parent / "results" / "e2e.json"
+TARGET_EVENTS_S = 20_000
+TARGET_RATIO = 0.5
+TARGET_FRESH_P99_S = 2.0
+Record = tuple[bytes, bytes, list[tuple[str, bytes]]]
+
+
+# ---------------------------------------------------------------------- workload
+def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int, seed: int) -> tuple[list[Record], int]:
+    """N simulated events as Avro session-batch records in send order; also the number of distinct turns."""
+    sessions = max(1, int(n_events / 75) + 1)  # ~78 events per simulated session; truncated to N below
+    duration_s = max(60.0, sessions / sessions_per_hour * 3600)
+    now = int(time.time() * 1000)
+    start_ms = now - int(duration_s * 1000) - 2 * 3_600_000  # all in the past, newest ~1 h ago (TTL-safe)
+    cfg = ab_config(sessions=sessions, duration_s=duration_s, start_ms=start_ms, seed=seed,
+                    batch_window_ms=batch_window_ms)
+    records: list[Record] = []
+    turns: set[str] = set()
+    total = 0
+    for group in Simulator(cfg).stream():
+        if group.raw is not None or not group.events:
+            continue
+        events = [to_dict(e) for e in group.events][: n_events - total]
+        total += len(events)
+        turns.update(e["request_id"] for e in events if e["event_type"] == "InferenceServed")
+        value = encode_avro(events, batch_id=events[0]["event_id"]) if len(events) > 1 else encode_avro(events)
+        records.append((group.session_id.encode(), value, [("rf-format", b"avro")]))
+        if total >= n_events:
+            break
+    if total < n_events:
+        raise SystemExit(f"simulator made only {total} events for {n_events}")
+    return records, len(turns)
+
+
+def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                         "partitioner": "murmur2_random", "message.max.bytes": 2_000_000})
+    for key, value, headers in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120) != 0:
+        raise SystemExit("pre-produce did not finish")
+
+
+# ---------------------------------------------------------------------- the pipeline
+def web_ports() -> int:
+    """A free port P with P+1 free too (read endpoint, metrics)."""
+    for _ in range(50):
+        (p,) = free_ports(1)
+        if p < 65535 and port_is_free(p + 1):
+            return p
+    raise SystemExit("no two consecutive free ports")
+
+
+def proc_status(pid: int, field: str) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def rewardflow_exe() -> list[str]:
+    exe = Path(sys.executable).parent / "rewardflow"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("rewardflow")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "from rewardflow.cli.main import main; main()"]
+
+
+def scalar(reader: RemoteReader, sql: str) -> int:
+    return int(reader.query_arrow(sql).column(0)[0].as_py())
+
+
+def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
+    env.update(settings_env(settings))
+    log = (workdir / "run.log").open("ab")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*rewardflow_exe(), "run"], env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://{settings.web_host}:{settings.web_port}"
+    out: dict[str, Any] = {"pid": proc.pid, "log": str(workdir / "run.log")}
+    try:
+        def check() -> None:
+            if proc.poll() is not None:
+                raise SystemExit(f"rewardflow run exited with {proc.returncode}; log: {workdir / 'run.log'}")
+            if time.perf_counter() - t0 > timeout:
+                raise SystemExit(f"timed out after {timeout}s; log: {workdir / 'run.log'}")
+
+        while not endpoint_alive(url, timeout=0.5):
+            check()
+            time.sleep(0.1)
+        t_ready = time.perf_counter()
+        out["rss_at_ready_mb"] = proc_status(proc.pid, "VmRSS")
+        reader = RemoteReader(url, timeout=60)
+        count, t_first, max_rss = 0, None, 0.0
+        while count < n_events:
+            check()
+            time.sleep(0.25)
+            try:
+                count = scalar(reader, "SELECT count() FROM events")
+            except Exception:  # noqa: BLE001 - the table may not be migrated for a moment
+                count = 0
+            if count and t_first is None:
+                t_first = time.perf_counter()
+            max_rss = max(max_rss, proc_status(proc.pid, "VmRSS") or 0.0)
+        t_done = time.perf_counter()
+        out.update(seconds=t_done - t0, startup_seconds=t_ready - t0,
+                   events_s=n_events / (t_done - t0), events_s_after_ready=n_events / (t_done - t_ready),
+                   first_row_after_s=(t_first or t_done) - t0)
+        # let the tail of turns finalise (idle clock), until the final rewards stop changing for 4 s
+        last, stable_since = -1, time.perf_counter()
+        while time.perf_counter() - stable_since < 4.0:
+            check()
+            time.sleep(0.5)
+            final = scalar(reader, "SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0")
+            if final != last:
+                last, stable_since = final, time.perf_counter()
+        out["finalised_turns"] = last
+        out["distinct_events"] = scalar(reader, "SELECT uniqExact(event_id) FROM events")
+        out["event_rows"] = scalar(reader, "SELECT count() FROM events")
+        out["peak_rss_mb"] = proc_status(proc.pid, "VmHWM")
+        out["rss_end_mb"] = proc_status(proc.pid, "VmRSS")
+        out["max_sampled_rss_mb"] = max_rss
+        inserted = reader.query_arrow(
+            "SELECT reward_id, provisional, toUnixTimestamp64Micro(_inserted_at) AS ins FROM rewards").to_pydict()
+        reader.close()
+        out["inserted"] = dict(zip(inserted["reward_id"], zip(inserted["ins"], inserted["provisional"], strict=True),
+                                   strict=True))
+        return out
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
+def _from_start(bootstrap: str, topic: str, partitions: int) -> tuple[Consumer, dict[int, int]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                  "fetch.max.bytes": 52_428_800})
+    highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in range(partitions)}
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    return c, highs
+
+
+def reward_timestamps(settings: Settings) -> dict[str, int]:
+    """reward_id -> Kafka timestamp (ms) of the record that carried it (first copy)."""
+    c, highs = _from_start(settings.kafka_bootstrap, settings.topic(T.REWARDS), settings.partitions)
+    seen: dict[int, int] = dict.fromkeys(highs, -1)
+    ts_of: dict[str, int] = {}
+    deadline = time.monotonic() + 120
+    while any(seen[p] < highs[p] - 1 for p in highs) and time.monotonic() < deadline:
+        for msg in c.consume(5000, 0.5):
+            if msg.error() is not None:
+                continue
+            seen[msg.partition()] = msg.offset()
+            body = orjson.loads(msg.value())
+            ts = msg.timestamp()[1]
+            for row in body if isinstance(body, list) else [body]:
+                ts_of.setdefault(row["reward_id"], ts)
+    c.close()
+    return ts_of
+
+
+def freshness(ts_of: dict[str, int], inserted: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    final, every = [], []
+    for rid, (ins_us, provisional) in inserted.items():
+        ts = ts_of.get(rid)
+        if ts is None:
+            continue
+        delay = ins_us / 1e6 - ts / 1e3
+        every.append(delay)
+        if not provisional:
+            final.append(delay)
+
+    def pct(xs: list[float], q: float) -> float | None:
+        if not xs:
+            return None
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+    return {"final_rows": len(final), "all_rows": len(every), "p50_s": pct(final, 0.5), "p99_s": pct(final, 0.99),
+            "max_s": max(final) if final else None, "all_p50_s": pct(every, 0.5), "all_p99_s": pct(every, 0.99),
+            "unmatched": len(inserted) - len(every)}
+
+
+# ---------------------------------------------------------------------- the floor
+_ARROW = {"String": pa.string(), "LowCardinality(String)": pa.string(), "Int64": pa.int64(), "UInt16": pa.uint16(),
+          "UInt32": pa.uint32(), "UInt64": pa.uint64()}
+_ENVELOPE = ("event_id", "event_type", "schema_version", "ts", "org_id", "session_id", "request_id")
+
+
+def events_schema() -> pa.Schema:
+    t = table_def("events")
+    return pa.schema([(c, _ARROW[t.column(c).type]) for c in t.record_columns])
+
+
+def run_floor(settings: Settings, client: Any, n_events: int, batch_rows: int) -> float:
+    """Seconds: consume the raw topic from the start, decode, build events rows, insert_arrow in batches."""
+    schema = events_schema()
+    names = schema.names
+    start = time.perf_counter()
+    c, _ = _from_start(settings.kafka_bootstrap, settings.topic(T.RAW), settings.partitions)
+    cols: dict[str, list[Any]] = {n: [] for n in names}
+    done = 0
+
+    def flush() -> None:
+        client.insert_arrow("events", pa.table([pa.array(cols[n], schema.field(n).type) for n in names], schema=schema))
+        for v in cols.values():
+            v.clear()
+
+    while done < n_events:
+        for msg in c.consume(5000, 1.0):
+            if msg.error() is not None or msg.headers() == [("rf-format", b"tick")]:
+                continue
+            part, off = msg.partition(), msg.offset()
+            for e in decode_record(msg.value(), msg.headers(), max_bytes=2_000_000):
+                for k in _ENVELOPE:
+                    cols[k].append(e[k])
+                prod = e.get("producer") or {}
+                cols["producer_name"].append(prod.get("name", ""))
+                cols["producer_version"].append(prod.get("version", ""))
+                cols["payload"].append(orjson.dumps(e).decode())
+                cols["source_partition"].append(part)
+                cols["source_offset"].append(off)
+                done += 1
+            if len(cols["event_id"]) >= batch_rows:
+                flush()
+    if cols["event_id"]:
+        flush()
+    elapsed = time.perf_counter() - start
+    c.close()
+    return elapsed
+
+
+# ---------------------------------------------------------------------- main
+def med(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x is not None]
+    return statistics.median(ys) if ys else None
+
+
+def summarise(size: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    m = {k: med([r[k] for r in runs]) for k in ("events_s", "events_s_after_ready", "floor_events_s", "fresh_p50_s",
+                                                "fresh_p99_s", "fresh_all_p99_s", "peak_rss_mb", "rss_at_ready_mb",
+                                                "finalised_turns", "startup_seconds")}
+    m["ratio"] = m["events_s"] / m["floor_events_s"] if m["events_s"] and m["floor_events_s"] else None
+    m["ratio_after_ready"] = (m["events_s_after_ready"] / m["floor_events_s"]
+                              if m["events_s_after_ready"] and m["floor_events_s"] else None)
+    return {"events": size, "runs": runs, "median": m}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def f(x: float | None, fmt: str = ",.0f") -> str:
+        return "-" if x is None else format(x, fmt)
+
+    t = Table(title=f"rewardflow end-to-end, one worker process (medians of {report['repeat']}; "
+                    f"load avg {report['loadavg_1_5_15']['before'][0]:.1f} -> {report['loadavg_1_5_15']['after'][0]:.1f} "
+                    f"on {report['cpus']} cores, shared machine)")
+    for col in ("events", "e2e ev/s (from start)", "floor ev/s", "ratio", "e2e ev/s (after ready)", "ratio",
+                "fresh p50 s", "fresh p99 s", "finalised turns", "peak RSS MB", "RSS at ready MB"):
+        t.add_column(col, justify="right")
+    for s in report["sizes"]:
+        m = s["median"]
+        t.add_row(f"{s['events']:,}", f(m["events_s"]), f(m["floor_events_s"]), f(m["ratio"], ".2f"),
+                  f(m["events_s_after_ready"]), f(m["ratio_after_ready"], ".2f"), f(m["fresh_p50_s"], ".2f"),
+                  f(m["fresh_p99_s"], ".2f"), f(m["finalised_turns"]), f(m["peak_rss_mb"]), f(m["rss_at_ready_mb"]))
+    Console(width=200).print(t)
+    print(f"targets: e2e >= {TARGET_EVENTS_S:,} events/s per worker, ratio >= {TARGET_RATIO}, freshness p99 <= "
+          f"{TARGET_FRESH_P99_S} s (final rewards), peak RSS flat as finalised turns grow. "
+          f"Workload: {report['events_per_record']:.1f} events/record (session batches, window "
+          f"{report['batch_window_ms']} ms), {report['sessions_per_hour']:,.0f} sessions/h of event time.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default=os.environ.get("REWARDFLOW_KAFKA_BOOTSTRAP"))
+    ap.add_argument("--sizes", default="100000,300000,1000000", help="comma-separated event counts")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per size (medians reported)")
+    ap.add_argument("--quick", action="store_true", help="sizes 5000,15000 and one run each (unless given)")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--sessions-per-hour", type=float, default=2_000.0)
+    ap.add_argument("--batch-window-ms", type=int, default=45_000,
+                    help="a session's events due within this go in one record (the simulator's max here is ~47 s)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="per pipeline run, seconds")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if args.quick:
+        if args.sizes == ap.get_default("sizes"):
+            args.sizes = "5000,15000"
+        if args.repeat == ap.get_default("repeat"):
+            args.repeat = 1
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    broker, bootstrap = None, args.bootstrap
+    load_before = os.getloadavg()
+    if not bootstrap:
+        from rewardflow.kafka_local import LocalBroker
+        from rewardflow.settings import load_settings
+
+        port, cport = free_ports(2)
+        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka")
+        bootstrap = broker.up(timeout=120).bootstrap
+    floor_dsn = parse_dsn(f"chdb://{tmp / 'floor-chdb'}")
+    owner = get_client(dsn=floor_dsn)  # this process owns the floor's engine; the worker owns its own path
+    results: list[dict[str, Any]] = []
+    n_records_total = n_events_total = 0
+    try:
+        for size in sizes:
+            t_gen = time.perf_counter()
+            records, n_turns = make_records(size, args.sessions_per_hour, args.batch_window_ms, args.seed)
+            n_records_total += len(records)
+            n_events_total += size
+            print(f"{size:,} events: {len(records):,} records ({size / len(records):.1f} events/record), "
+                  f"{n_turns:,} turns, generated in {time.perf_counter() - t_gen:.0f} s", flush=True)
+            runs = []
+            for rep in range(1, args.repeat + 1):
+                workdir = tmp / f"n{size}-r{rep}"
+                workdir.mkdir()
+                settings = Settings(kafka_bootstrap=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.",
+                                    partitions=args.partitions, home=workdir / "home",
+                                    clickhouse_dsn=SecretStr(f"chdb://{workdir / 'chdb'}"), web_port=web_ports(),
+                                    idle_timeout_s=1.0, idle_clock_rate=1000.0)
+                ensure_topics(settings)
+                t_p = time.perf_counter()
+                produce(bootstrap, settings.topic(T.RAW), records)
+                produce_s = time.perf_counter() - t_p
+                w = run_pipeline(settings, size, workdir, args.timeout)
+                fresh = freshness(reward_timestamps(settings), w.pop("inserted"))
+                db = f"floor_{uuid.uuid4().hex[:10]}"
+                owner.command(create_database(db))
+                fclient = get_client(dsn=floor_dsn.with_database(db))
+                migrate(fclient)
+                floor_s = run_floor(settings, fclient, size, settings.sink_batch_rows)
+                fclient.close()
+                owner.command(f"DROP DATABASE {db} SYNC")
+                shutil.rmtree(workdir / "chdb", ignore_errors=True)
+                run = {"run": rep, **w, "floor_seconds": floor_s, "floor_events_s": size / floor_s,
+                       "pre_produce_seconds": produce_s, "records": len(records), "turns_in_input": n_turns,
+                       "fresh_p50_s": fresh["p50_s"], "fresh_p99_s": fresh["p99_s"],
+                       "fresh_all_p99_s": fresh["all_p99_s"], "freshness": fresh, "prefix": settings.topic_prefix,
+                       "load_avg_1m": os.getloadavg()[0]}
+                if w["distinct_events"] != size:
+                    print(f"  WARNING: {w['distinct_events']} distinct events in ClickHouse, expected {size}")
+                runs.append(run)
+                print(f"  run {rep}: e2e {run['events_s']:,.0f} ev/s ({run['seconds']:.1f} s, startup "
+                      f"{run['startup_seconds']:.1f} s; after ready {run['events_s_after_ready']:,.0f} ev/s)  floor "
+                      f"{run['floor_events_s']:,.0f} ev/s  ratio {run['events_s'] / run['floor_events_s']:.2f}  "
+                      f"fresh p50/p99 {fresh['p50_s'] or 0:.2f}/{fresh['p99_s'] or 0:.2f} s ({fresh['final_rows']:,} final)  "
+                      f"peak RSS {run['peak_rss_mb'] or 0:,.0f} MB at {run['finalised_turns']:,} finalised turns  "
+                      f"load {run['load_avg_1m']:.1f}", flush=True)
+            results.append(summarise(size, runs))
+    finally:
+        owner.close()
+        if broker is not None:
+            broker.down(timeout=30)
+    peaks = [(s["median"]["finalised_turns"], s["median"]["peak_rss_mb"]) for s in results]
+    report = {
+        "sizes": results, "repeat": args.repeat, "partitions": args.partitions,
+        "sessions_per_hour": args.sessions_per_hour, "batch_window_ms": args.batch_window_ms,
+        "events_per_record": n_events_total / max(1, n_records_total),
+        "memory_growth": {"finalised_turns_and_peak_rss_mb": peaks,
+                          "peak_rss_last_over_first": (peaks[-1][1] / peaks[0][1]) if len(peaks) > 1 and peaks[0][1]
+                          else None},
+        "targets": {"events_s": TARGET_EVENTS_S, "ratio": TARGET_RATIO, "freshness_p99_s": TARGET_FRESH_P99_S},
+        "settings": "production defaults except idle_timeout_s=1, idle_clock_rate=1000 (tail finalises fast)",
+        "python": platform.python_version(), "cpus": os.cpu_count(),
+        "loadavg_1_5_15": {"before": list(load_before), "after": list(os.getloadavg())},
+    }
+    print()
+    print_table(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
