@@ -8,7 +8,7 @@ are (their partition count is not changed).
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from rewardflow import topics as T
 from rewardflow.settings import Settings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import typer
 
@@ -52,7 +52,7 @@ def migrate_db(settings: Settings) -> None:
     client = get_client(dsn=dsn)
     migrate(client, events_ttl_days=settings.events_ttl_days)
     # A spec whose content changed under an already-registered version is refused here, at start.
-    check_and_register(client, select_active(load_dir(specs_dir(settings)), settings.active_spec_versions))
+    check_and_register(cast(Any, client), select_active(load_dir(specs_dir(settings)), settings.active_spec_versions))
 
 
 class StatusLine(threading.Thread):
