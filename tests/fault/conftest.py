@@ -21,15 +21,11 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-import tests.conftest as _root
 from rewardflow.provision import ensure_topics
 from rewardflow.settings import Settings
+from tests.fault.pipeline import release_admin
 from tests.fault.workload import FAULT_SETTINGS
 from tests.streams.worker import WorkerProcess
-
-if "tests.conftest_clickhouse" not in getattr(_root, "pytest_plugins", ()):
-    # Until tests/conftest.py registers the ClickHouse plugin, use its fixtures here.
-    from tests.conftest_clickhouse import _clickhouse_guard, ch_db, ch_dsn  # noqa: F401
 
 
 @dataclass
@@ -46,6 +42,11 @@ class Deployment:
         values = {**self.settings.model_dump(), "clickhouse_dsn": SecretStr(dsn), "sink_batch_rows": 2_000,
                   "sink_batch_seconds": 0.3, **overrides}
         return Settings(**values)
+
+
+def _release(worker: WorkerProcess) -> None:
+    worker.stop()
+    release_admin(worker)
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ def deployment(kafka_broker: Any, tmp_path: Path, stack: contextlib.ExitStack,
         workdir = tmp_path / prefix.strip(".")
         workdir.mkdir()
         worker = WorkerProcess(bootstrap or kafka_broker.bootstrap, prefix, workdir, **FAULT_SETTINGS)
-        stack.callback(worker.stop)
+        stack.callback(_release, worker)
         logs.append((f"worker log ({worker.log_path})", worker.log_tail))
         ensure_topics(worker.settings)
         worker.start()

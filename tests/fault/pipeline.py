@@ -14,6 +14,7 @@ ClickHouse), or raises with the lags it saw.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -30,6 +31,17 @@ from rewardflow.lag import group_lag
 from rewardflow.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def release_admin(worker: Any) -> None:
+    """Destroy the worker handle's admin client now (only ``wait_joined`` and ``kill`` use it).
+
+    librdkafka's destroy of an admin client hangs for good once its broker
+    went away (seen at interpreter exit after the session broker stopped, and
+    after a broker restart), so destroy it while its broker is healthy.
+    """
+    worker._admin = None
+    gc.collect()
 
 
 def sink_group(settings: Settings) -> str:
@@ -72,8 +84,9 @@ class SinkProcess:
         self.report_path = workdir / "sink-fault.json"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, kill_at_commit: int = 0) -> None:
-        env = {**self.env, "RF_FAULT_KILL_AT_COMMIT": str(kill_at_commit), "RF_FAULT_REPORT": str(self.report_path)}
+    def start(self, kill_at_commit: int = 0, stop_merges: bool = True) -> None:
+        env = {**self.env, "RF_FAULT_KILL_AT_COMMIT": str(kill_at_commit), "RF_FAULT_REPORT": str(self.report_path),
+               "RF_FAULT_STOP_MERGES": "1" if stop_merges else "0"}
         with self.log_path.open("ab") as log:
             log.write(f"\n===== sink start (kill at commit #{kill_at_commit}) =====\n".encode())
             log.flush()
@@ -119,6 +132,32 @@ def settings_env(settings: Settings) -> dict[str, str]:
             value = value.get_secret_value()
         out[f"REWARDFLOW_{name.upper()}"] = json.dumps(value) if isinstance(value, list | bool) else str(value)
     return out
+
+
+def committed(settings: Settings, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offset of every output-topic partition (negative: none committed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({**settings.kafka_client_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(settings.topic(n), p) for n in T.OUTPUT_TOPICS for p in range(settings.partitions)]
+        return {(tp.topic, tp.partition): tp.offset for tp in c.committed(tps, timeout=10)}
+    finally:
+        c.close()
+
+
+def read_results(settings: Settings, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """:func:`tests.fault.verify.collect` of the sink's database, read by a subprocess.
+
+    For a chDB directory this process does not own (one process per directory);
+    the sink that owned it must have exited.
+    """
+    import orjson
+
+    proc = subprocess.run([sys.executable, "-m", "tests.fault.sinkproc", "read"], cwd=REPO, capture_output=True,
+                          env={**(env or os.environ), **settings_env(settings)}, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    return orjson.loads(proc.stdout)  # type: ignore[no-any-return]
 
 
 def lags(settings: Settings) -> tuple[int | None, int | None]:

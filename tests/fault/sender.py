@@ -18,6 +18,7 @@ for good (the SDK's ``UndeliveredEvents`` is turned into one).
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import orjson
@@ -95,12 +96,16 @@ class Sender:
         self._flush_raw()
 
     def close(self) -> None:
+        """Close both SDK clients and drop every librdkafka handle now, while the broker still runs
+        (destroying one at interpreter exit, with the broker gone, can hang)."""
         for sdk in (self.sdk, self.resender):
             try:
                 sdk.close(timeout=30)
             except Exception as exc:  # noqa: BLE001 - teardown must go on
                 self._errors.append(f"close: {exc}")
         self.raw.flush(30)
+        del self.sdk, self.resender, self.raw
+        gc.collect()  # an EventProducer and its pump form a reference cycle
 
     # ------------------------------------------------------------------ plumbing
     def _produce(self, value: bytes | None, key: str, headers: Any, planted: Planted | None = None) -> None:

@@ -2,10 +2,12 @@
 
 ``python -m tests.fault.sinkproc run``: settings from ``REWARDFLOW_*``;
 migrates, then runs :class:`~rewardflow.clickhouse.sink.RewardSink` until
-SIGTERM. With ``RF_FAULT_KILL_AT_COMMIT=N`` (N > 0) the process SIGKILLs
-itself at its N-th offset commit, *after* that flush's inserts returned and
-*before* the commit is sent: exactly "between insert and commit". It first
-writes what it was about to commit to ``RF_FAULT_REPORT`` (JSON).
+SIGTERM (with ``RF_FAULT_STOP_MERGES=1``, background merges stopped: see
+:func:`tests.fault.verify.stop_merges`). With ``RF_FAULT_KILL_AT_COMMIT=N``
+(N > 0) the process SIGKILLs itself at its N-th offset commit that includes
+the rewards topic, *after* that flush's inserts returned and *before* the
+commit is sent: exactly "between insert and commit". It first writes what it was about to commit to
+``RF_FAULT_REPORT`` (JSON).
 
 ``python -m tests.fault.sinkproc read``: prints :func:`tests.fault.verify.collect`
 of the configured database as JSON (chDB allows one process per directory,
@@ -29,7 +31,7 @@ from rewardflow.clickhouse.sink import RewardSink
 from rewardflow.clickhouse.sinkflush import Flusher
 from rewardflow.settings import load_settings
 from tests.fault.pipeline import sink_group
-from tests.fault.verify import collect
+from tests.fault.verify import collect, stop_merges
 
 log = logging.getLogger("fault.sink")
 
@@ -39,7 +41,7 @@ def _kill_at_commit(n: int, report: str) -> None:
     calls = {"n": 0}
 
     def commit(self: Flusher, consumer: Any, offsets: dict[tuple[str, int], int]) -> None:
-        calls["n"] += 1
+        calls["n"] += any(t.endswith(".rewards") for t, _ in offsets)
         if calls["n"] == n:
             written = dict(self.metrics.rows_written)
             with open(report, "wb") as f:
@@ -60,13 +62,18 @@ def run() -> None:
     ensure_database(dsn)
     client = get_client(dsn=dsn)
     migrate(client, events_ttl_days=settings.events_ttl_days)
+    if os.environ.get("RF_FAULT_STOP_MERGES") == "1":
+        stop_merges(client)
     client.close()
     kill_at = int(os.environ.get("RF_FAULT_KILL_AT_COMMIT", "0"))
     if kill_at > 0:
         _kill_at_commit(kill_at, os.environ["RF_FAULT_REPORT"])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    sink = RewardSink(settings, group_id=sink_group(settings), serve_reads=False)
+    # a SIGKILLed member keeps its partitions until its session times out (librdkafka: 45 s); shorter here
+    timeout_ms = int(os.environ.get("RF_FAULT_SESSION_TIMEOUT_MS", "6000"))
+    overrides = {"session.timeout.ms": timeout_ms, "heartbeat.interval.ms": max(500, timeout_ms // 6)}
+    sink = RewardSink(settings, group_id=sink_group(settings), serve_reads=False, consumer_overrides=overrides)
     log.info("sink running (kill at commit #%d)", kill_at)
     sink.run(stop)
     log.info("sink stopped: %s", sink.metrics.snapshot())

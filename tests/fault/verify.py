@@ -38,6 +38,13 @@ WINDOW_SUMS = ("samples", "turns_with_edit", "turns_dissatisfied", "turns_follow
 MAPS = ("persisted", "checked", "latency_hist", "persistence", "components")
 
 
+def stop_merges(client: Client) -> None:
+    """Stop background merges of the sink's tables (this engine, until restarted), so that
+    ``count()`` without ``FINAL`` tells how many rows were stored more than once."""
+    for t in SINK_TABLES:
+        client.command(f"SYSTEM STOP MERGES `{client.database}`.`{t.name}`")
+
+
 def _rows(client: Client, sql: str) -> list[dict[str, Any]]:
     out = []
     for row in client.query(sql).named_results():
