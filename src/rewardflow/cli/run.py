@@ -118,6 +118,10 @@ def command(
             parts["sink"] = sink_obj = RewardSink(settings)
         except (ClickHouseError, SpecError) as exc:
             _fail(str(exc))
+        except Exception as exc:  # driver errors (connection refused, auth) vary by backend
+            from rewardflow.clickhouse.errors import clean_message
+
+            _fail(f"cannot prepare ClickHouse: {clean_message(exc)}")
         thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
         thread.start()
 
