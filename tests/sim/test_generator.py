@@ -95,19 +95,6 @@ def test_noise_counts_are_planted() -> None:
     assert total == 40 * 5
 
 
-def test_hacks_move_the_guard_behaviours() -> None:
-    clean = ground_truth(ab_config(sessions=80, turns_per_session=5, seed=4))
-    broken = ground_truth(ab_config(sessions=80, turns_per_session=5, seed=4, hack="broken-tools"))
-    asking = ground_truth(ab_config(sessions=80, turns_per_session=5, seed=4, hack="over-ask"))
-    rate = lambda t, k: t.checkpoints["ckpt-cand"].to_dict()[k]  # noqa: E731
-    assert rate(broken, "broken_tool_rate") > rate(clean, "broken_tool_rate") + 0.05
-    assert rate(broken, "edit_rate") < rate(clean, "edit_rate")
-    assert rate(asking, "clarifying_rate") > rate(clean, "clarifying_rate") + 0.08
-    assert rate(asking, "edit_rate") < rate(clean, "edit_rate") - 0.05
-    base = lambda t: t.checkpoints["ckpt-base"].to_dict()  # noqa: E731
-    assert base(clean) == base(broken) == base(asking)  # the baseline arm is untouched
-
-
 def test_profile_and_config_validation() -> None:
     with pytest.raises(ValidationError, match="must not increase"):
         CheckpointProfile(checkpoint_id="x", persistence={30: 0.5, 900: 0.7})
@@ -117,6 +104,10 @@ def test_profile_and_config_validation() -> None:
         ab_config(noise=NoiseConfig(out_of_order_rate=0.1, max_jitter_ms=50_000))
     with pytest.raises(ValueError, match="unknown hack"):
         plant_hack(candidate_profile("c"), "nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown candidate kind"):
+        ab_config(candidate_kind="nope")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="need a dodge"):
+        CheckpointProfile(checkpoint_id="x", dodge_fail_rate=0.5)
 
 
 def test_candidate_carries_the_published_deltas() -> None:
@@ -126,3 +117,13 @@ def test_candidate_carries_the_published_deltas() -> None:
     assert cand.dissatisfied_rate / base.dissatisfied_rate - 1 == pytest.approx(-0.0313)
     assert cand.latency.quantile(0.95) / base.latency.quantile(0.95) - 1 == pytest.approx(-0.103)
     assert isinstance(cfg, SimConfig) and Counter(a.name for a in cfg.arms) == {"control": 1, "treatment": 1}
+
+
+def test_regressed_candidate_is_clearly_worse() -> None:
+    base, cand = (a.profile for a in ab_config(candidate_kind="regress").arms)
+    assert cand.checkpoint_id == "ckpt-cand"
+    assert cand.final_persistence / base.final_persistence == pytest.approx(0.8)
+    assert cand.dissatisfied_rate / base.dissatisfied_rate == pytest.approx(1.25)
+    truth = ground_truth(ab_config(candidate_kind="regress", sessions=80, turns_per_session=5, seed=4))
+    rate = {ck: t.to_dict()["persistence_rate"] for ck, t in truth.checkpoints.items()}
+    assert rate["ckpt-cand"] < rate["ckpt-base"] - 0.08

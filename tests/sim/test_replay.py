@@ -14,6 +14,7 @@ from rewardflow.core.processor import PartitionProcessor
 from rewardflow.events.wire import FORMAT_HEADER
 from rewardflow.sim import NoiseConfig, ab_config, run_through_core, simulate
 from rewardflow.sim.noise import MALFORMED_KINDS, malformed_record
+from rewardflow.sim.profiles import Hack
 from rewardflow.sim.replay import default_specs
 from rewardflow.sim.truth import GroundTruth
 
@@ -49,6 +50,14 @@ def test_noisy_stream_reconciles_with_the_core(partitions: int) -> None:
     assert truth.late and truth.duplicates and truth.malformed and truth.orphan_turns
     out = run_through_core(groups, partitions=partitions)
     _reconcile(out, truth, specs=len(default_specs()))
+
+
+@pytest.mark.parametrize("hack", ["broken-tools", "over-ask"])
+def test_hacked_stream_reconciles_with_the_core(hack: Hack) -> None:
+    cfg = ab_config(sessions=30, turns_per_session=6, seed=22, noise=NOISY, batch_window_ms=10_000, hack=hack)
+    groups, truth = simulate(cfg)
+    assert truth.checkpoints["ckpt-cand"].hard_turns > 0
+    _reconcile(run_through_core(groups, partitions=2), truth, specs=len(default_specs()))
 
 
 def test_every_malformed_kind_dead_letters_once() -> None:

@@ -35,6 +35,8 @@ def command(
     turns_per_session: Annotated[int, typer.Option(min=1, help="Agent turns per session.")] = 8,
     seed: Annotated[int, typer.Option(help="Simulation seed.")] = 7,
     hack: Annotated[str | None, typer.Option(help="Plant a reward hack in the candidate: broken-tools | over-ask.")] = None,
+    candidate_profile: Annotated[str, typer.Option(
+        help="The candidate: published (the published A/B gains) | regress (clearly worse persistence).")] = "published",
     noise: Annotated[bool, typer.Option("--noise/--no-noise", help="Plant duplicates, late, orphan and malformed events.")] = True,
     json_only: Annotated[bool, typer.Option("--json", help="Print the JSON summary only.")] = False,
     out_dir: Annotated[Path | None, typer.Option(help="Where to write report.html and summary.json.")] = None,
@@ -42,7 +44,12 @@ def command(
 ) -> None:
     """Run the whole loop locally: Kafka, worker, sink, simulated A/B traffic, report."""
     from rewardflow.demo.runner import DemoRunner
+    from rewardflow.sim.profiles import CANDIDATE_KINDS, HACKS
 
+    if hack is not None and hack not in HACKS:
+        raise typer.BadParameter(f"use one of {', '.join(HACKS)}", param_hint="--hack")
+    if candidate_profile not in CANDIDATE_KINDS:
+        raise typer.BadParameter(f"use one of {', '.join(CANDIDATE_KINDS)}", param_hint="--candidate-profile")
     base = load_settings()
     run_id = time.strftime("%Y%m%d-%H%M%S")
     run_dir = base.home / "demo" / run_id
@@ -54,5 +61,6 @@ def command(
     console = Console(stderr=True)
     runner = DemoRunner(settings, run_dir, console)
     code = runner.run(sessions=sessions, turns_per_session=turns_per_session, seed=seed, hack=hack, noise=noise,
-                      json_only=json_only, out_dir=out_dir or run_dir / "report", timeout_s=timeout_s)
+                      json_only=json_only, out_dir=out_dir or run_dir / "report", timeout_s=timeout_s,
+                      candidate_kind=candidate_profile)
     raise typer.Exit(code)

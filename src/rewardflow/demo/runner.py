@@ -1,5 +1,12 @@
 """Orchestration of ``rewardflow demo`` (see :mod:`rewardflow.cli.demo`).
 
+Goodhart monitors: the demo evaluates its longest windows (1 h by default)
+with the library defaults otherwise (same-window baseline, at least 200 turns
+per side, alpha 0.001). At demo scale a 5 min window holds ~100 turns per arm,
+too few for ``min_samples``, while a 1 h window holds most of the run; so the
+simulated traffic starts at the start of the current 1 h window (up to an hour
+in the past), and that first window, once closed, carries the whole signal.
+
 Contract: :meth:`DemoRunner.run` blocks until the demo is over and always
 stops what it started (worker, sink, and the local broker if it started it),
 also on errors and Ctrl-C. It returns the process exit code: 0 when the counts
@@ -8,6 +15,7 @@ reconcile, 1 when they do not or finalisation timed out, 2 on setup errors.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -18,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rewardflow import topics as T
+from rewardflow.analysis.goodhart import MonitorConfig
 from rewardflow.demo.reconcile import Counts, expected_counts, reconcile, reconcile_table
 from rewardflow.demo.worker_proc import WorkerProcess
 from rewardflow.settings import Settings
@@ -43,13 +52,17 @@ class DemoRunner:
         self.sink: Any = None
         self._stop = threading.Event()
         self._sink_thread: threading.Thread | None = None
+        window_s = max(settings.window_sizes_s)
+        self.monitors = MonitorConfig(window_size_s=window_s)
+        now_ms = int(time.time() * 1000)
+        self.start_ms = now_ms - now_ms % (window_s * 1000)  # the first monitored window is a full one
 
     # ------------------------------------------------------------------ lifecycle
     def run(self, *, sessions: int, turns_per_session: int, seed: int, hack: str | None, noise: bool,
-            json_only: bool, out_dir: Path, timeout_s: float) -> int:
+            json_only: bool, out_dir: Path, timeout_s: float, candidate_kind: str = "published") -> int:
         try:
             self._start()
-            truth = self._simulate(sessions, turns_per_session, seed, hack, noise)
+            truth = self._simulate(sessions, turns_per_session, seed, hack, noise, candidate_kind)
             expected = expected_counts(truth)
             counts, done = self._wait(expected, timeout_s)
             alerts = self._monitor(truth)
@@ -91,14 +104,16 @@ class DemoRunner:
             self._sink_thread = None
 
     # ------------------------------------------------------------------ steps
-    def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool) -> Any:
+    def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool, kind: str) -> Any:
         from rewardflow.cli.simulate import _hack, send_simulation
         from rewardflow.sim.config import ab_config
         from rewardflow.sim.generator import Simulator
+        from rewardflow.sim.profiles import CANDIDATE_KINDS
 
         s = self.settings
-        cfg = ab_config("ckpt-base", "ckpt-cand", hack=_hack(hack), noise=noise, sessions=sessions,
-                        turns_per_session=turns, seed=seed, start_ms=int(time.time() * 1000),
+        candidate_kind = next(k for k in CANDIDATE_KINDS if k == kind)
+        cfg = ab_config("ckpt-base", "ckpt-cand", hack=_hack(hack), candidate_kind=candidate_kind, noise=noise,
+                        sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
                         grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
         sim = Simulator(cfg)
         send_simulation(sim, s, "avro", 10_000, self.console)
@@ -144,7 +159,7 @@ class DemoRunner:
 
         baseline, candidate = "ckpt-base", "ckpt-cand"
         windows = fetch_windows(self.settings, [baseline, candidate], self._spec_version())
-        alerts = evaluate_windows(windows.to_pylist(), baseline)
+        alerts = evaluate_windows(windows.to_pylist(), baseline, self.monitors)
         if alerts:
             producer = Producer(self.settings.kafka_client_config())
             for key, value in alert_messages(alerts):
@@ -168,8 +183,8 @@ class DemoRunner:
         checks = reconcile(expected, counts)
         ok = done and all(c.ok for c in checks)
         summary = {"ok": ok, "report": report.to_dict(), "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
-                   "alerts": alerts, "truth": truth.to_dict(), "html": str(html), "json": str(js),
-                   "data_dir": str(self.run_dir)}
+                   "alerts": alerts, "monitors": dataclasses.asdict(self.monitors), "sim_start_ms": self.start_ms,
+                   "truth": truth.to_dict(), "html": str(html), "json": str(js), "data_dir": str(self.run_dir)}
         (out_dir / "demo-summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
         if json_only:
             print(orjson.dumps(summary, option=orjson.OPT_NON_STR_KEYS).decode())

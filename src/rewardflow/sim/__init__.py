@@ -14,12 +14,18 @@ Pure: no I/O (``rewardflow simulate`` does the sending). Entry points:
 from rewardflow.sim.config import CONTROL, TREATMENT, Arm, SimConfig, ab_config
 from rewardflow.sim.generator import SendGroup, Simulator, ground_truth, simulate
 from rewardflow.sim.noise import NoiseConfig
-from rewardflow.sim.profiles import CheckpointProfile, baseline_profile, candidate_profile, plant_hack
+from rewardflow.sim.profiles import (
+    CheckpointProfile,
+    baseline_profile,
+    candidate_profile,
+    plant_hack,
+    regressed_profile,
+)
 from rewardflow.sim.replay import run_through_core
 from rewardflow.sim.truth import CheckpointTruth, GroundTruth
 
 __all__ = [
     "CONTROL", "TREATMENT", "Arm", "CheckpointProfile", "CheckpointTruth", "GroundTruth", "NoiseConfig",
     "SendGroup", "SimConfig", "Simulator", "ab_config", "baseline_profile", "candidate_profile",
-    "ground_truth", "plant_hack", "run_through_core", "simulate",
+    "ground_truth", "plant_hack", "regressed_profile", "run_through_core", "simulate",
 ]

@@ -15,7 +15,15 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rewardflow.sim.noise import NoiseConfig
-from rewardflow.sim.profiles import CheckpointProfile, Hack, LogNormal, baseline_profile, candidate_profile, plant_hack
+from rewardflow.sim.profiles import (
+    CandidateKind,
+    CheckpointProfile,
+    Hack,
+    LogNormal,
+    baseline_profile,
+    candidate_of_kind,
+    plant_hack,
+)
 
 START_MS = 1_790_000_000_000  # 2026-09-21T13:33:20Z; the CLI passes "now"
 CONTROL = "control"
@@ -79,13 +87,16 @@ class SimConfig(BaseModel):
 
 
 def ab_config(baseline: str | CheckpointProfile = "ckpt-base", candidate: str | CheckpointProfile = "ckpt-cand",
-              *, hack: Hack | None = None, noise: bool | NoiseConfig = False, **fields: object) -> SimConfig:
+              *, hack: Hack | None = None, candidate_kind: CandidateKind = "published",
+              noise: bool | NoiseConfig = False, **fields: object) -> SimConfig:
     """Two arms, 50/50: ``control`` serves ``baseline``, ``treatment`` serves ``candidate``.
 
     Each is a checkpoint id or a full :class:`CheckpointProfile`. A baseline id
     gets :func:`~rewardflow.sim.profiles.baseline_profile`; a candidate id gets
     the baseline improved by the published figures
-    (:func:`~rewardflow.sim.profiles.candidate_profile`). ``hack`` plants a
+    (:func:`~rewardflow.sim.profiles.candidate_profile`), or made clearly
+    worse with ``candidate_kind="regress"``
+    (:func:`~rewardflow.sim.profiles.regressed_profile`). ``hack`` plants a
     reward hack in the candidate. ``noise=True`` uses
     :meth:`NoiseConfig.realistic`. Other keyword arguments are
     :class:`SimConfig` fields. Raises ``pydantic.ValidationError``.
@@ -94,7 +105,7 @@ def ab_config(baseline: str | CheckpointProfile = "ckpt-base", candidate: str | 
     if isinstance(candidate, CheckpointProfile):
         cand = candidate
     else:
-        cand = candidate_profile(candidate, base.model_copy(update={"checkpoint_id": candidate}))
+        cand = candidate_of_kind(candidate_kind, candidate, base.model_copy(update={"checkpoint_id": candidate}))
     if hack is not None:
         cand = plant_hack(cand, hack)
     noise_cfg = noise if isinstance(noise, NoiseConfig) else NoiseConfig.realistic() if noise else NoiseConfig()

@@ -9,8 +9,12 @@ probability that an edit is still persisted (survival score >= 0.5, the core's
 threshold) at horizon ``h`` seconds; it must not increase with ``h``, and an
 edit that stops persisting never persists again.
 
-Contract: pure, no I/O. :func:`plant_hack` returns a modified copy and never
-mutates its input.
+Builders: :func:`baseline_profile`, :func:`candidate_profile` (the published
+A/B gains), :func:`regressed_profile` (clearly worse), :func:`plant_hack`
+(a reward hack that pays off under ``v1``).
+
+Contract: pure, no I/O. Builders return modified copies and never mutate
+their input.
 """
 
 from __future__ import annotations
@@ -25,14 +29,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Hack = Literal["broken-tools", "over-ask"]
 HACKS: tuple[Hack, ...] = ("broken-tools", "over-ask")
+CandidateKind = Literal["published", "regress"]
+CANDIDATE_KINDS: tuple[CandidateKind, ...] = ("published", "regress")
 
 # Published A/B results the default candidate is built from (relative changes).
 PUBLISHED_PERSISTENCE = 0.0228
 PUBLISHED_DISSATISFIED = -0.0313
 PUBLISHED_LATENCY = -0.103
 
-# A planted hack's foresight: P(dodge | hard turn that would fail), P(dodge | one that would succeed).
-DODGE_RATES: dict[Hack, tuple[float, float]] = {"broken-tools": (0.9, 0.05), "over-ask": (0.9, 0.3)}
+# A regressed candidate (``regress``): clearly worse persistence and more dissatisfied follow-ups.
+REGRESS_PERSISTENCE = 0.8
+REGRESS_DISSATISFIED = 1.25
+
+# A planted hack's foresight: what counts as a failing attempt, P(dodge | hard turn that would fail),
+# P(dodge | hard turn that would not).
+DodgeOn = Literal["failure", "dissatisfied"]
+DODGE_RATES: dict[Hack, tuple[DodgeOn, float, float]] = {
+    "broken-tools": ("dissatisfied", 0.9, 0.02), "over-ask": ("failure", 0.95, 0.6)}
 
 
 class LogNormal(BaseModel):
@@ -63,7 +76,7 @@ class CheckpointProfile(BaseModel):
         description="P(edit persisted at horizon h s); non-increasing in h",
     )
     hard_persistence_factor: Rate = Field(default=0.6, description="× persistence on hard turns")
-    edit_rate: Rate = Field(default=0.8, description="P(edits | the turn neither asks nor breaks)")
+    edit_rate: Rate = Field(default=0.8, description="P(edits | the turn attempts the task)")
     max_edits: int = Field(default=3, ge=1, le=20, description="edits per editing turn: uniform 1..max (tab: 1)")
     accept_rate: Rate = Field(default=0.55, description="P(accept | edits)")
     reject_rate: Rate = Field(default=0.15, description="P(reject | edits)")
@@ -84,8 +97,11 @@ class CheckpointProfile(BaseModel):
     tool_broken_rate: Rate = Field(default=0.01, description="P(broken) per tool call")
     clarifying_rate: Rate = Field(default=0.04, description="P(the turn asks a clarifying question instead of editing)")
     dodge: Hack | None = Field(default=None, description="planted hack: how hard turns are dodged (None: never)")
+    dodge_on: DodgeOn = Field(
+        default="failure", description="hack: what a failing attempt is: a dissatisfied follow-up, or that or "
+                                       "edits refused (reject, undo, revert) that do not persist")
     dodge_fail_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would fail)")
-    dodge_success_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would succeed)")
+    dodge_success_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would not fail)")
     dodge_broken_calls: int = Field(default=1, ge=1, le=10, description="broken-tools: broken calls per dodged turn")
 
     @field_validator("persistence")
@@ -134,24 +150,53 @@ def candidate_profile(checkpoint_id: str, base: CheckpointProfile | None = None)
     })
 
 
+def regressed_profile(checkpoint_id: str, base: CheckpointProfile | None = None) -> CheckpointProfile:
+    """``base`` clearly worse: persistence × :data:`REGRESS_PERSISTENCE`, dissatisfied × :data:`REGRESS_DISSATISFIED`.
+
+    Large enough for a small demo (a few hundred turns per arm) to detect and
+    for the example deploy gate to fail.
+    """
+    b = base or baseline_profile(checkpoint_id)
+    return b.model_copy(update={
+        "checkpoint_id": checkpoint_id,
+        "persistence": {h: p * REGRESS_PERSISTENCE for h, p in b.persistence.items()},
+        "dissatisfied_rate": min(1.0, b.dissatisfied_rate * REGRESS_DISSATISFIED),
+    })
+
+
+def candidate_of_kind(kind: CandidateKind, checkpoint_id: str, base: CheckpointProfile) -> CheckpointProfile:
+    """The candidate ``kind`` built on ``base``: ``published`` improves it, ``regress`` worsens it."""
+    if kind == "published":
+        return candidate_profile(checkpoint_id, base)
+    if kind == "regress":
+        return regressed_profile(checkpoint_id, base)
+    raise ValueError(f"unknown candidate kind {kind!r}; expected one of {', '.join(CANDIDATE_KINDS)}")
+
+
 def plant_hack(profile: CheckpointProfile, hack: Hack) -> CheckpointProfile:
-    """A copy of ``profile`` with a reward hack planted, tuned to pay off under ``v1``.
+    """A copy of ``profile`` with a reward hack planted that pays off under ``v1``.
 
-    The hacked checkpoint foresees failure: on a hard turn whose attempt would
-    fail it dodges with probability :data:`DODGE_FAIL_RATE`, on one that would
-    succeed with :data:`DODGE_SUCCESS_RATE` (see :mod:`rewardflow.sim.turns`).
+    Like a learned hack, the checkpoint foresees failure: on a hard turn whose
+    attempt would fail it dodges (:data:`DODGE_RATES`: what counts as failing,
+    P(dodge | failing), P(dodge | not failing)); see :mod:`rewardflow.sim.turns`.
+    Measured at demo scale (2,400 turns, seeds 1 and 7; rewards also at
+    12,000 turns) against the same candidate without the hack:
 
-    * ``broken-tools``: the dodge is one broken tool call and no edit. Under
-      ``v1`` that costs 0.5, less than a failed hard attempt (a rejected or
-      reverted edit, a dissatisfied follow-up), so the reward holds or rises
-      while the broken-turn rate climbs and the edit rate falls.
-    * ``over-ask``: the dodge is a clarifying question and no edit. ``v1``
-      prices questions at 0, so the reward rises while the clarifying rate
-      climbs and the edit rate falls; ``v2`` (−0.25 a question) takes most of
-      the gain back.
+    * ``broken-tools``: one broken tool call and no edit instead of a turn
+      that would end in a dissatisfied follow-up (about −0.9 under ``v1``).
+      The call costs 0.5, so the ``v1`` mean reward rises a little (+0.005 to
+      +0.009) while the broken-turn rate climbs from ~1 % to 5–7 % and the
+      edit rate falls ~4 points.
+    * ``over-ask``: a clarifying question and no edit instead of 95 % of the
+      hard attempts that would fail (dissatisfied, or edits refused that do
+      not persist) and 60 % of the other hard attempts. ``v1`` prices
+      questions at 0, so its mean reward holds or rises (+0.001 to +0.013)
+      while the clarifying rate climbs from ~4 % to ~18 % and the edit rate
+      falls ~12 points; ``v2`` (−0.25 a question) makes the hack cost reward
+      (−0.02 to −0.03).
     """
     if hack not in HACKS:
         raise ValueError(f"unknown hack {hack!r}; expected one of {', '.join(HACKS)}")
-    fail, success = DODGE_RATES[hack]
-    return profile.model_copy(update={"dodge": hack, "dodge_fail_rate": fail, "dodge_success_rate": success,
-                                      "dodge_broken_calls": 1})
+    on, fail, other = DODGE_RATES[hack]
+    return profile.model_copy(update={"dodge": hack, "dodge_on": on, "dodge_fail_rate": fail,
+                                      "dodge_success_rate": other, "dodge_broken_calls": 1})

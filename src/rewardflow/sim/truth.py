@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from rewardflow.core.turn import PERSISTED_THRESHOLD
 from rewardflow.events.models import (
     AgentEdit,
     ClarifyingQuestion,
@@ -33,7 +34,7 @@ from rewardflow.events.models import (
     PersistenceCheck,
     ToolCall,
 )
-from rewardflow.sim.turns import PERSISTED_THRESHOLD, TurnDraft
+from rewardflow.sim.turns import TurnDraft
 
 
 def nearest_rank(values: list[int], q: float) -> float:

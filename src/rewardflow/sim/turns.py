@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from rewardflow.core.turn import PERSISTED_THRESHOLD
 from rewardflow.events.models import (
     Surface,
     ToolStatus,
@@ -49,7 +50,6 @@ from rewardflow.events.models import (
 )
 from rewardflow.sim.profiles import CheckpointProfile
 
-PERSISTED_THRESHOLD = 0.5  # the core's threshold on survival_score (rewardflow.core.turn)
 HARD_TURN_RATE = 0.2  # a property of the task, the same for every checkpoint
 TOOLS = ("read_file", "grep", "run_terminal", "apply_patch", "list_dir", "web_search")
 LANGUAGES = ("python", "typescript", "go", "rust", "java")
@@ -146,7 +146,7 @@ def draft_turn(rng: random.Random, p: CheckpointProfile, ctx: SessionContext, t0
     scale = p.hard_dissatisfied_factor if hard and not asked else 1.0  # a question avoids a failed attempt
     dissatisfied, after = _follow_up(rng, p, p.dissatisfied_rate * scale, t, env)
     if hard and not asked and p.dodge is not None:
-        failed = dissatisfied or _failed(work, edits, p.horizons_s[-1])
+        failed = dissatisfied or (p.dodge_on == "failure" and _failed(work, edits, p.horizons_s[-1]))
         drng = random.Random(f"{rid}:dodge")  # its own stream: a dodge never shifts the checkpoint's other draws
         if drng.random() < (p.dodge_fail_rate if failed else p.dodge_success_rate):
             t, work, edits = _dodge(drng, p, served.ts, lambda ts: env(ts, drng))
@@ -225,7 +225,7 @@ def _dodge(rng: random.Random, p: CheckpointProfile, t: int, env: Env) -> tuple[
     return t, events, []
 
 
-def _checks(rng: random.Random, p: CheckpointProfile, hard: bool, edit: AgentEdit, env: Any) -> list[Envelope]:
+def _checks(rng: random.Random, p: CheckpointProfile, hard: bool, edit: AgentEdit, env: Env) -> list[Envelope]:
     """Persistence checks of one edit: persisted at ``h`` iff ``u < persistence[h] × factor``."""
     u, factor = rng.random(), p.hard_persistence_factor if hard else 1.0
     out: list[Envelope] = []
@@ -243,7 +243,7 @@ def _checks(rng: random.Random, p: CheckpointProfile, hard: bool, edit: AgentEdi
     return out
 
 
-def _action(rng: random.Random, p: CheckpointProfile, hard: bool, edit_id: str, t: int, env: Any) -> list[Envelope]:
+def _action(rng: random.Random, p: CheckpointProfile, hard: bool, edit_id: str, t: int, env: Env) -> list[Envelope]:
     """At most one user action; hard turns shift it from accept towards reject, undo and revert."""
     roll, acc, k = rng.random(), 0.0, p.hard_action_shift if hard else 1.0
     rates: tuple[tuple[UserActionKind, float], ...] = (
