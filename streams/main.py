@@ -28,7 +28,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     join = join or JoinWorker(settings, web=web)
     worker = faust.Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # No terminal spinner: with one, Faust sets the root logger to DEBUG to spin on every record,
-    # so each aiokafka debug call builds a LogRecord (measured: ~15% of the worker's CPU).
+    # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
     worker.spinner = None
     code = 0
     try:

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from rewardflow import topics as T
+from rewardflow.events.wire import decode_record
 from tests.factories import T0, ev, turn
 from tests.streams.kafka_io import OutputCollector, avro_record, json_record, tick_record
 from tests.streams.scenario import expected_finals, strip_timing, varied_turn
@@ -44,6 +45,8 @@ def test_turns_arriving_out_of_order_within_lateness_get_the_in_order_outcome(de
         for k, batch in enumerate(pending):
             value, headers = (json_record if k % 2 else avro_record)(*batch)
             records.append((partition, value, headers))
+    arrival = [e["ts"] for _, value, headers in records for e in decode_record(value, headers)]
+    assert sum(a > b for a, b in zip(arrival, arrival[1:])) > len(arrival) // 4  # really out of order
     d.raw.send_many(records)
 
     n_events, n_specs = sum(len(e) for e in turns.values()), 2

@@ -85,8 +85,11 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
 
     # 2. restart; it finishes the backlog, then its idle clock settles every turn and closes the windows
     d.worker.restart()
-    d.out.until(lambda o: len({r["reward_id"] for r in o.finals()}) == len(turns) * n_specs, 40,
-                "every first-stream turn final")
+    try:
+        d.out.until(lambda o: len({r["reward_id"] for r in o.finals()}) == len(turns) * n_specs, 40,
+                    "every first-stream turn final")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(d, turns)}") from None
 
     # 3. stop while only idle ticks flow; a tick is the first record the restarted worker reads
     d.worker.stop()
@@ -132,6 +135,25 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
     assert sorted(r[0]["reason"] for r in got[T.EXCLUSIONS].values()) == ["duplicate"] * n_resent
     assert len(got[T.WINDOWS]) > 0
     assert d.worker.starts == 3
+
+
+def _diagnose(d: Any, turns: dict[str, list[dict[str, Any]]]) -> str:
+    """Which turns lack a final reward, on which partitions, and what the raw topic ends with."""
+    final = {r["sample_id"] for r in d.out.finals()}
+    missing = sorted(set(turns) - final)
+    parts = {int(turns[rid][0]["session_id"][1:]) % 2 for rid in missing}
+    raw = read_raw(d.settings)
+    tails = {p: [(r.offset, (r.headers or [(None, b"")])[0][1], (r.value or b"")[:40]) for r in recs[-3:]]
+             for p, recs in raw.items()}
+    late = [r["event_id"] for r in d.out.rows[T.LATE]]
+    seen = {rid: (sum(r["request_id"] == rid for r in d.out.rows[T.VALID]), len(turns[rid]),
+                  [x["reason"] for x in d.out.rows[T.EXCLUSIONS] + d.out.rows[T.LATE] if x["request_id"] == rid])
+            for rid in missing[:3]}
+    replayed = {r["sample_id"] for r in replay(d.settings, raw).rewards if not r["provisional"]}
+    return (f"{len(missing)} turns without a final reward (e.g. {missing[:5]}) on partitions {sorted(parts)}; "
+            f"(valid rows, events, exclusions) of those: {seen}; a replay of the raw topic finalises "
+            f"{sorted(set(missing) & replayed)[:5]} of them; {len(late)} late rows; prefix {d.settings.topic_prefix}; "
+            f"raw topic sizes {({p: len(v) for p, v in raw.items()})}, tails {tails}")
 
 
 @pytest.mark.xfail(strict=True, reason="core: a late/duplicate row re-emitted after a restart carries the restored "

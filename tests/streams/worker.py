@@ -6,12 +6,13 @@ inherited ``REWARDFLOW_*`` variable is dropped), in its own process group, with
 stdout and stderr appended to ``log_path``. :meth:`wait_joined` blocks until
 the consumer group is stable with one live member of this start owning every
 raw partition, or raises with the log tail. :meth:`stop` never leaves the
-process running.
+process running, and the worker is SIGKILLed if the test process dies first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -37,6 +38,12 @@ BASE_SETTINGS: dict[str, Any] = {
 }
 # Faust reads these from the environment: a SIGKILLed member leaves the group after 6 s, not 60 s.
 FAUST_ENV = {"BROKER_SESSION_TIMEOUT": "6", "BROKER_HEARTBEAT_INTERVAL": "1"}
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if the test process dies without its teardown (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _env_value(v: Any) -> str:
@@ -69,7 +76,8 @@ class WorkerProcess:
             log.flush()
             self.proc = subprocess.Popen([sys.executable, "-m", "rewardflow_streams.main"], env=self.env,
                                          cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
 
     def kill(self) -> None:
         """SIGKILL: no flush, no commit. Its group membership lingers until the session times out."""
