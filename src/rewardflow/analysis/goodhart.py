@@ -42,6 +42,7 @@ import orjson
 
 from rewardflow.core.records import Alert, stable_id
 from rewardflow.core.windows import window_key
+from rewardflow.analysis.tdist import t_cdf
 
 Baseline = Literal["same_window", "pooled", "trailing"]
 
@@ -144,37 +145,8 @@ def _baseline(c: Cell, cells: Mapping[tuple[int, int, str, str, str], Cell], ckp
 
 
 def student_t_sf(t: float, df: float) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom (regularised incomplete beta)."""
-    tail = 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    if x <= 0.0 or x >= 1.0:
-        return max(0.0, min(1.0, x))
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        for aa in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
+    """P(T > t) for Student's t with ``df`` degrees of freedom."""
+    return 1.0 - t_cdf(t, df)
 
 
 def _sf(x: float, df: float | None) -> float:
