@@ -8,9 +8,7 @@ replay both call it; neither adds logic of its own.
 Delivery contract (at-least-once with deterministic ids):
 
 * State writes of a record reach the store in this order: settled sessions,
-  touched sessions, the partials of windows it closed (``r:<p>``, only when
-  some closed; the last RECENT_CLOSES closes), then the partition meta key
-  ``m:<p>`` last. With a
+  touched sessions, then the partition meta key ``m:<p>`` last. With a
   changelog that preserves order, a restart therefore sees the state after
   some record X (plus a prefix of X+1's writes).
 * The first record after (re)assignment triggers :meth:`rebuild`: derived
@@ -45,7 +43,6 @@ from rewardflow.rewards.score import score
 from rewardflow.rewards.spec import RewardSpec
 
 TICK = "tick"
-RECENT_CLOSES = 4  # window closes kept for re-emission after a restart (a commit interval needs 1-2)
 _NEVER = 2**62
 
 
@@ -65,9 +62,7 @@ class PartitionProcessor:
         self._heap: list[tuple[int, str]] = []
         self._wake: dict[str, int] = {}
         self._open_served: dict[str, int] = {}
-        self._recent: list[list[Any]] = []  # [offset, window partials] of the last window closes
-        self._recent_dirty = False
-        self._recent_key = f"r:{partition}"
+        self._recent: list[list[Any]] = []
         self._meta_key = f"m:{partition}"
 
     # ------------------------------------------------------------------ record path
@@ -237,8 +232,7 @@ class PartitionProcessor:
         closed = self.book.close(limit)
         if closed:
             out.windows.extend(closed)
-            self._recent = (self._recent + [[offset, closed]])[-RECENT_CLOSES:]
-            self._recent_dirty = True
+            self._recent = (self._recent + [[offset, closed]])[-16:]
 
     # ------------------------------------------------------------------ persistence
     def _write(self, cache: dict[str, SessionState]) -> None:
@@ -247,11 +241,9 @@ class PartitionProcessor:
                 self.store.delete("s:" + sid)
             else:
                 self.store.put("s:" + sid, st.to_obj())
-        if self._recent_dirty:  # only when windows closed: the partials are large, the meta key is per record
-            self.store.put(self._recent_key, self._recent)
-            self._recent_dirty = False
         self.store.put(self._meta_key, {
             "wm": self.wm, "maxts": self.maxts, "ct": {str(k): v for k, v in self.book.closed_through.items()},
+            "recent": self._recent,
         })
 
     def rebuild(self, first_offset: int, out: Outputs) -> None:
@@ -261,8 +253,7 @@ class PartitionProcessor:
         self.maxts = meta.get("maxts", -_NEVER)
         self.book = WindowBook(list(self.cfg.window_sizes_s), self.partition,
                                {int(k): v for k, v in meta.get("ct", {}).items()})
-        self._recent = self.store.get(self._recent_key) or meta.get("recent", [])
-        self._recent_dirty = False
+        self._recent = meta.get("recent", [])
         self._heap, self._wake, self._open_served = [], {}, {}
         for key, obj in self.store.items():
             if not key.startswith("s:") or obj[1] != self.partition:
