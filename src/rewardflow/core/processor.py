@@ -53,6 +53,7 @@ class PartitionProcessor:
         if not specs:
             raise ValueError("at least one reward spec is required")
         self.cfg, self.specs, self.store = cfg, specs, store
+        self._scored = [(s, s.content_hash) for s in specs]  # hash once, not per scored turn
         self.topic, self.partition = topic, partition
         self.wm = -_NEVER
         self.maxts = -_NEVER
@@ -178,7 +179,7 @@ class PartitionProcessor:
             if anchor + cfg.settle_ms <= wm:
                 if turn.served is not None:
                     o = turn.outcome(hz, hz[-1], provisional=False, wm=wm, by=by)
-                    recs = [score(o, s) for s in self.specs]
+                    recs = [score(o, s, h) for s, h in self._scored]
                     out.rewards.extend(recs)
                     for r in recs:
                         self.book.add(r)
@@ -194,7 +195,7 @@ class PartitionProcessor:
                 if reached and reached[-1] > turn.provisional_h:
                     turn.provisional_h = reached[-1]
                     o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
-                    out.rewards.extend(score(o, s) for s in self.specs)
+                    out.rewards.extend(score(o, s, h) for s, h in self._scored)
         st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through())
 
     def _deadlines(self, st: SessionState) -> list[int]:
@@ -264,7 +265,7 @@ class PartitionProcessor:
                     self._open_served[rid] = turn.served["ts"]
             for tomb in st.done.values():
                 if tomb.outcome is not None:
-                    recs = [score(outcome_from_obj(tomb.outcome), s) for s in self.specs]
+                    recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
                     for r in recs:
                         self.book.add(r)
                     if tomb.offset >= first_offset:
