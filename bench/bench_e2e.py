@@ -49,9 +49,7 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,7 +69,7 @@ from rewardflow.clickhouse.ddl import create_database
 from rewardflow.clickhouse.dsn import parse_dsn
 from rewardflow.clickhouse.migrate import migrate
 from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
-from rewardflow.demo.worker_proc import settings_env
+from rewardflow.demo.worker_proc import ChildProcess
 from rewardflow.events.validate import to_dict
 from rewardflow.events.wire import decode_record, encode_avro
 from rewardflow.kafka_local.ports import free_ports, port_is_free
@@ -162,20 +160,19 @@ def scalar(reader: RemoteReader, sql: str) -> int:
 
 
 def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: float) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
-    env.update(settings_env(settings))
-    log = (workdir / "run.log").open("ab")
+    run = ChildProcess(settings, workdir / "run.log", [*rewardflow_exe(), "run"], cwd=workdir, detach=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*rewardflow_exe(), "run"], env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    run.start()
+    assert run.proc is not None
+    proc = run.proc
     url = f"http://{settings.web_host}:{settings.web_port}"
-    out: dict[str, Any] = {"pid": proc.pid, "log": str(workdir / "run.log")}
+    out: dict[str, Any] = {"pid": proc.pid, "log": str(run.log_path)}
     try:
         def check() -> None:
-            if proc.poll() is not None:
-                raise SystemExit(f"rewardflow run exited with {proc.returncode}; log: {workdir / 'run.log'}")
+            if not run.alive:
+                raise SystemExit(f"rewardflow run exited with {proc.returncode}; log: {run.log_path}")
             if time.perf_counter() - t0 > timeout:
-                raise SystemExit(f"timed out after {timeout}s; log: {workdir / 'run.log'}")
+                raise SystemExit(f"timed out after {timeout}s; log: {run.log_path}")
 
         while not endpoint_alive(url, timeout=0.5):
             check()
@@ -219,14 +216,7 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
                                    strict=True))
         return out
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
+        run.stop(60)
 
 
 def _from_start(bootstrap: str, topic: str, partitions: int) -> tuple[Consumer, dict[int, int]]:

@@ -39,9 +39,7 @@ import os
 import platform
 import pstats
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +53,7 @@ from confluent_kafka.admin import AdminClient
 from rewardflow import topics as T
 from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
+from rewardflow.demo.worker_proc import WORKER_MODULE, WorkerProcess
 from rewardflow.events.samples import PRODUCERS, START_MS, turn_events
 from rewardflow.events.validate import to_dict
 from rewardflow.events.wire import decode_record, encode_avro, encode_json
@@ -111,38 +110,9 @@ def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
 
 
 # ---------------------------------------------------------------------- the worker
-def worker_settings(bootstrap: str, partitions: int, max_record_bytes: int) -> Settings:
+def worker_settings(bootstrap: str, partitions: int, max_record_bytes: int, home: Path) -> Settings:
     return Settings(kafka_bootstrap=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.", partitions=partitions,
-                    max_record_bytes=max_record_bytes)
-
-
-def start_worker(settings: Settings, workdir: Path, profile_to: Path | None = None) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
-    env.update(REWARDFLOW_KAFKA_BOOTSTRAP=settings.kafka_bootstrap, REWARDFLOW_TOPIC_PREFIX=settings.topic_prefix,
-               REWARDFLOW_PARTITIONS=str(settings.partitions), REWARDFLOW_HOME=str(workdir / "home"),
-               REWARDFLOW_MAX_RECORD_BYTES=str(settings.max_record_bytes))
-    log = (workdir / "worker.log").open("ab")
-    profiler = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
-    return subprocess.Popen([sys.executable, *profiler, "-m", "rewardflow_streams.main"], env=env, cwd=workdir,
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-def wait_joined(settings: Settings, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    admin, group, raw = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}), settings.topic("worker"), \
-        settings.topic(T.RAW)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"worker exited with {proc.returncode}")
-        try:
-            members = admin.describe_consumer_groups([group])[group].result(timeout=5).members
-        except Exception:
-            members = []
-        owned = {tp.partition for m in members for tp in m.assignment.topic_partitions if tp.topic == raw}
-        if owned == set(range(settings.partitions)):
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"worker did not join {group} within {timeout}s")
+                    max_record_bytes=max_record_bytes, home=home)
 
 
 def end_offsets(consumer: Consumer, topic: str, partitions: int) -> int:
@@ -154,29 +124,28 @@ def run_worker(settings: Settings, records: list[Record], workdir: Path, timeout
                profile_to: Path | None = None) -> dict[str, Any]:
     """Seconds from the first produce until one events.valid record per input record is in Kafka."""
     ensure_topics(settings)
-    proc = start_worker(settings, workdir, profile_to)
+    profiler = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
+    worker = WorkerProcess(settings, workdir / "worker.log", argv=[sys.executable, *profiler, "-m", WORKER_MODULE],
+                           cwd=workdir, detach=True)
+    worker.start()
     try:
-        wait_joined(settings, proc)
+        worker.wait_joined(60)
         watcher = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
         valid = settings.topic(T.VALID)
         start = time.perf_counter()
         produce(settings.kafka_bootstrap, settings.topic(T.RAW), records)
         produced_s = time.perf_counter() - start
         while (done := end_offsets(watcher, valid, settings.partitions)) < len(records):
-            if proc.poll() is not None or time.perf_counter() - start > timeout:
+            if not worker.alive or time.perf_counter() - start > timeout:
                 raise SystemExit(f"worker stopped or timed out at {done}/{len(records)} valid records; "
-                                 f"log: {workdir / 'worker.log'}")
+                                 f"log: {worker.log_path}")
             time.sleep(0.02)
         elapsed = time.perf_counter() - start
         watcher.close()
-        return {"seconds": elapsed, "produce_seconds": produced_s, "rss_mb": _rss_mb(proc.pid)}
+        assert worker.proc is not None
+        return {"seconds": elapsed, "produce_seconds": produced_s, "rss_mb": _rss_mb(worker.proc.pid)}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        worker.close()
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -299,9 +268,9 @@ def main() -> None:
     load_before = os.getloadavg()
     try:
         for run in range(args.runs):
-            settings = worker_settings(bootstrap, args.partitions, args.max_record_bytes)
             workdir = tmp / f"run{run + 1}"
             workdir.mkdir()
+            settings = worker_settings(bootstrap, args.partitions, args.max_record_bytes, workdir / "home")
             profile_to = args.worker_profile.resolve() if args.worker_profile and run == args.runs - 1 else None
             w = run_worker(settings, records, workdir, args.timeout, profile_to)
             n_rows = count_valid_rows(settings, n_records)

@@ -4,8 +4,9 @@
   that can be SIGKILLed and restarted), with :data:`~tests.fault.workload.FAULT_SETTINGS`;
 * the sink in this process: :class:`SinkThread` (``RewardSink.run`` in a thread,
   optional ``fault`` hook), for a ClickHouse engine this process owns;
-* the sink in a subprocess: :class:`SinkProcess` (``python -m tests.fault.sinkproc``),
-  which can kill itself between an insert and its offset commit.
+* the sink in a subprocess: :class:`SinkProcess` (``python -m tests.fault.sinkproc``,
+  a :class:`~rewardflow.demo.worker_proc.ChildProcess`), which can kill itself
+  between an insert and its offset commit.
 
 :func:`wait_drained` returns once the worker has committed the whole raw topic
 and then the sink has committed every output topic (so every output row is in
@@ -14,9 +15,7 @@ ClickHouse), or raises with the lags it saw.
 
 from __future__ import annotations
 
-import gc
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -27,21 +26,16 @@ from typing import Any
 
 from rewardflow import topics as T
 from rewardflow.clickhouse.sink import RewardSink
+from rewardflow.demo.worker_proc import ChildProcess, WorkerProcess, settings_env
 from rewardflow.lag import group_lag
 from rewardflow.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def release_admin(worker: Any) -> None:
-    """Destroy the worker handle's admin client now (only ``wait_joined`` and ``kill`` use it).
-
-    librdkafka's destroy of an admin client hangs for good once its broker
-    went away (seen at interpreter exit after the session broker stopped, and
-    after a broker restart), so destroy it while its broker is healthy.
-    """
-    worker._admin = None
-    gc.collect()
+def release_admin(worker: WorkerProcess) -> None:
+    """:meth:`~rewardflow.demo.worker_proc.WorkerProcess.release_admin`: destroy its admin client while the broker is healthy."""
+    worker.release_admin()
 
 
 def sink_group(settings: Settings) -> str:
@@ -74,64 +68,24 @@ class SinkThread:
         assert not self._thread.is_alive(), "sink thread did not stop within 60 s"
 
 
-class SinkProcess:
-    """``python -m tests.fault.sinkproc run`` with ``settings`` in its environment; log appended to ``log_path``."""
+class SinkProcess(ChildProcess):
+    """``python -m tests.fault.sinkproc run`` with ``settings`` in its environment; log appended to ``workdir/sink.log``."""
+
+    name = "sink"
+    stop_timeout = 60.0
 
     def __init__(self, settings: Settings, workdir: Path) -> None:
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("REWARDFLOW_", "RF_FAULT_"))}
-        self.env.update(settings_env(settings))
-        self.log_path = workdir / "sink.log"
+        super().__init__(settings, workdir / "sink.log", [sys.executable, "-m", "tests.fault.sinkproc", "run"],
+                         cwd=REPO, detach=True)
+        for k in [k for k in self.env if k.startswith("RF_FAULT_")]:
+            del self.env[k]
         self.report_path = workdir / "sink-fault.json"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, kill_at_commit: int = 0, stop_merges: bool = True) -> None:
-        env = {**self.env, "RF_FAULT_KILL_AT_COMMIT": str(kill_at_commit), "RF_FAULT_REPORT": str(self.report_path),
-               "RF_FAULT_STOP_MERGES": "1" if stop_merges else "0"}
-        with self.log_path.open("ab") as log:
-            log.write(f"\n===== sink start (kill at commit #{kill_at_commit}) =====\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.fault.sinkproc", "run"], env=env, cwd=REPO,
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-
-    def wait_exit(self, timeout: float) -> int:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the sink did not exit within {timeout:.0f}s:\n{self.log_tail()}") from None
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM (flush + commit), SIGKILL after ``timeout``; idempotent."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, n: int = 8_000) -> str:
-        return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else "(no log)"
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """``REWARDFLOW_*`` variables that reproduce ``settings`` in a subprocess (secrets included)."""
-    import json
-
-    out: dict[str, str] = {}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        out[f"REWARDFLOW_{name.upper()}"] = json.dumps(value) if isinstance(value, list | bool) else str(value)
-    return out
+        self.env.update(RF_FAULT_KILL_AT_COMMIT=str(kill_at_commit), RF_FAULT_REPORT=str(self.report_path),
+                        RF_FAULT_STOP_MERGES="1" if stop_merges else "0")
+        self._note(f"kill at commit #{kill_at_commit}")
+        super().start()
 
 
 def committed(settings: Settings, group: str) -> dict[tuple[str, int], int]:

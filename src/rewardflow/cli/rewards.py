@@ -172,22 +172,29 @@ def check(
     typer.echo(f"ok: {len(files)} spec(s) in {d}: {', '.join(f.spec.version for f in files)}")
 
 
-def _event_filter(rng: ReplayRange) -> tuple[str, dict[str, Any]]:
-    """SQL condition selecting the events of turns served in ``rng`` ('' = every event)."""
-    conds: list[str] = ["event_type = 'InferenceServed'"]
+def _range_conds(rng: ReplayRange, ts: str, checkpoint: str) -> tuple[list[str], dict[str, Any]]:
+    """SQL conditions and their parameters selecting ``rng`` by the time column ``ts`` and the checkpoint expression."""
+    conds: list[str] = []
     params: dict[str, Any] = {}
     if rng.start_ms is not None:
-        conds.append("ts >= {start:Int64}")
+        conds.append(f"{ts} >= {{start:Int64}}")
         params["start"] = rng.start_ms
     if rng.end_ms is not None:
-        conds.append("ts < {end:Int64}")
+        conds.append(f"{ts} < {{end:Int64}}")
         params["end"] = rng.end_ms
     if rng.checkpoint_id:
-        conds.append("JSONExtractString(payload, 'checkpoint_id') = {ck:String}")
+        conds.append(f"{checkpoint} = {{ck:String}}")
         params["ck"] = rng.checkpoint_id
-    if len(conds) == 1:
+    return conds, params
+
+
+def _event_filter(rng: ReplayRange) -> tuple[str, dict[str, Any]]:
+    """SQL condition selecting the events of turns served in ``rng`` ('' = every event)."""
+    conds, params = _range_conds(rng, "ts", "JSONExtractString(payload, 'checkpoint_id')")
+    if not conds:
         return "", {}
-    return f" AND request_id IN (SELECT request_id FROM events WHERE {' AND '.join(conds)})", params
+    served = " AND ".join(["event_type = 'InferenceServed'", *conds])
+    return f" AND request_id IN (SELECT request_id FROM events WHERE {served})", params
 
 
 def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange, tally: Counter[str]) -> list[RewardRecord]:
@@ -208,19 +215,10 @@ def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange
 
 
 def _old_rows(store: Store, version: str, rng: ReplayRange) -> list[dict[str, Any]]:
-    where = ["spec_version = {v:String}", "provisional = 0"]
-    params: dict[str, Any] = {"v": version}
-    if rng.start_ms is not None:
-        where.append("served_ts >= {start:Int64}")
-        params["start"] = rng.start_ms
-    if rng.end_ms is not None:
-        where.append("served_ts < {end:Int64}")
-        params["end"] = rng.end_ms
-    if rng.checkpoint_id:
-        where.append("checkpoint_id = {ck:String}")
-        params["ck"] = rng.checkpoint_id
+    conds, params = _range_conds(rng, "served_ts", "checkpoint_id")
+    where = " AND ".join(["spec_version = {v:String}", "provisional = 0", *conds])
     return store.rows("SELECT sample_id, spec_version, checkpoint_id, provisional, reward, components FROM rewards "
-                      f"WHERE {' AND '.join(where)} LIMIT 1 BY reward_id", params)
+                      f"WHERE {where} LIMIT 1 BY reward_id", {"v": version, **params})
 
 
 def _default_against(version: str) -> str | None:
