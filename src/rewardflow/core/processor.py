@@ -7,10 +7,13 @@ replay both call it; neither adds logic of its own.
 
 Delivery contract (at-least-once with deterministic ids):
 
-* State writes of a record reach the store in this order: settled sessions,
-  touched sessions, then the partition meta key ``m:<p>`` last. With a
-  changelog that preserves order, a restart therefore sees the state after
-  some record X (plus a prefix of X+1's writes).
+* State writes of a batch of records (:meth:`process_batch`; :meth:`process`
+  is a batch of one) reach the store at its end, in this order: settled
+  sessions, touched sessions, then the partition meta key ``m:<p>`` last,
+  which also records the last processed offset. With a changelog that
+  preserves order, a restart therefore sees the state after some batch X
+  (plus a prefix of batch X+1's writes). Decisions are taken per record, so
+  outputs do not depend on how records are grouped into batches.
 * The first record after (re)assignment triggers :meth:`rebuild`: derived
   state (deadline heap, window accumulators) is recomputed from the sessions,
   and every final output decided at or after that record's offset is
@@ -65,14 +68,37 @@ class PartitionProcessor:
         self._open_served: dict[str, int] = {}
         self._recent: list[list[Any]] = []
         self._meta_key = f"m:{partition}"
+        self.last_offset = -1
 
     # ------------------------------------------------------------------ record path
     def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int) -> Outputs:
         """Process one raw record. Never raises for bad input: it becomes a dead letter."""
+        return self.process_batch([(value, headers, offset)], now_ms)
+
+    def process_batch(self, records: list[tuple[bytes | None, Any, int]], now_ms: int) -> Outputs:
+        """Process consecutive records of this partition, in order; write the state once, at the end.
+
+        Every decision (late, settled, window closed) is taken per record exactly as
+        :meth:`process` would, so outputs do not depend on how records are grouped into
+        batches; only the store writes are deferred to the end of the batch (each touched
+        session once, then the meta key). Never raises for bad input.
+        """
         out = Outputs()
+        if not records:
+            return out
         if not self.ready:
-            self.rebuild(offset, out)
+            self.rebuild(records[0][2], out)
         cache: dict[str, SessionState] = {}
+        for value, headers, offset in records:
+            self._step(value, headers, offset, now_ms, cache, out)
+            if offset > self.last_offset:
+                self.last_offset = offset
+        self._write(cache)
+        return out
+
+    def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
+              cache: dict[str, SessionState], out: Outputs) -> None:
+        touched: list[str] = []
         if record_format(headers) == TICK:
             target = _tick_wm(value)
             if target is None:
@@ -83,16 +109,26 @@ class PartitionProcessor:
             by = "idle"
         else:
             self.last_event_wall = now_ms
-            self._ingest(value, headers, offset, now_ms, cache, out)
+            self._ingest(value, headers, offset, now_ms, cache, touched, out)
             self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
             by = "watermark"
-        self._settle_due(offset, by, cache, out)
+        self._settle_due(offset, by, cache, touched, out)
         self._close_windows(offset, out)
-        self._write(cache)
-        return out
+
+    def expected_offset(self) -> int | None:
+        """The offset this partition's next new record should have, or None when unknown.
+
+        A record above it means records in between were never processed (the stream shell
+        must not skip them); a record below it is a redelivery, which is safe.
+        """
+        if not self.ready:
+            meta = self.store.get(self._meta_key) or {}
+            off = meta.get("off")
+            return None if off is None else int(off) + 1
+        return None if self.last_offset < 0 else self.last_offset + 1
 
     def _ingest(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
-                cache: dict[str, SessionState], out: Outputs) -> None:
+                cache: dict[str, SessionState], touched: list[str], out: Outputs) -> None:
         cfg = self.cfg
         try:
             raws = decode_record(value, headers, max_bytes=cfg.max_record_bytes, max_batch_events=cfg.max_batch_events)
@@ -110,6 +146,8 @@ class PartitionProcessor:
         for idx, ev in zip(valid_idx, events, strict=True):
             st = self._session(ev.session_id, cache, create=True)
             assert st is not None
+            if not touched or touched[-1] != ev.session_id:
+                touched.append(ev.session_id)
             self._apply(st, ev, raws[idx], idx, offset, out)
 
     def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, out: Outputs) -> None:
@@ -157,13 +195,16 @@ class PartitionProcessor:
             cache[sid] = st
         return st
 
-    def _settle_due(self, offset: int, by: str, cache: dict[str, SessionState], out: Outputs) -> None:
-        due = list(cache)
+    def _settle_due(self, offset: int, by: str, cache: dict[str, SessionState], touched: list[str],
+                    out: Outputs) -> None:
+        due = list(dict.fromkeys(touched))
+        seen = set(due)
         while self._heap and self._heap[0][0] <= self.wm:
             t, sid = heapq.heappop(self._heap)
             if self._wake.get(sid) == t:
                 del self._wake[sid]
-                if sid not in cache:
+                if sid not in seen:
+                    seen.add(sid)
                     due.append(sid)
         for sid in due:
             st = self._session(sid, cache, create=False)
@@ -244,7 +285,7 @@ class PartitionProcessor:
                 self.store.put("s:" + sid, st.to_obj())
         self.store.put(self._meta_key, {
             "wm": self.wm, "maxts": self.maxts, "ct": {str(k): v for k, v in self.book.closed_through.items()},
-            "recent": self._recent,
+            "recent": self._recent, "off": self.last_offset,
         })
 
     def rebuild(self, first_offset: int, out: Outputs) -> None:
@@ -255,6 +296,7 @@ class PartitionProcessor:
         self.book = WindowBook(list(self.cfg.window_sizes_s), self.partition,
                                {int(k): v for k, v in meta.get("ct", {}).items()})
         self._recent = meta.get("recent", [])
+        self.last_offset = int(meta.get("off", -1))
         self._heap, self._wake, self._open_served = [], {}, {}
         for key, obj in self.store.items():
             if not key.startswith("s:") or obj[1] != self.partition:
