@@ -1,20 +1,28 @@
 """The Faust worker: raw client records in, rewards/windows/dead letters out.
 
-The agent is a thin shell over :class:`rewardflow.core.processor.PartitionProcessor`:
-for each raw record it calls ``process`` and sends the returned rows. All
-domain logic (validation, dedup, join, reward, windows) lives in the core.
+The agent is a thin shell over :class:`rewardflow.core.processor.PartitionProcessor`.
+It takes raw records in batches (``worker_batch_records`` or ``worker_batch_s``,
+whichever comes first), hands each partition's share to ``process_batch`` and
+sends the returned rows. All domain logic (validation, dedup, join, reward,
+windows) lives in the core; batching changes no decision, only how often state
+is written (once per batch) and how many output records are sent.
 
 Delivery: at-least-once, agent concurrency 1 (faust #606). Output sends and
 changelog writes go through Faust's producer, which Faust flushes *before* it
-commits offsets, so a committed offset implies its outputs are in Kafka.
+commits offsets; Faust acks a batch only after this agent has processed and
+sent it, so a committed offset implies its outputs and state are in Kafka.
 An unexpected exception in the core, or a refused output send, stops the
-process (exit 70) instead of letting Faust ack the record (Faust acks events
-whose processing raised). Output rows are split into records of at most
-``max_record_bytes`` (and at most 1 MB, the broker's default limit).
+process (exit 70) instead of letting Faust ack the batch. Records Faust's
+consumer never delivered are read again (:mod:`rewardflow_streams.gaps`).
+Output rows are split into records of at most ``max_record_bytes`` (at most
+1 MB); dead letters may reach the dead-letter topic's larger limit, so a
+record just over the input limit is dead-lettered whole.
 
 Idle partitions: a timer sends a *tick* record (header ``rf-format: tick``) to
 each idle partition of the raw topic, carrying a watermark that follows the
 wall clock. Ticks are ordinary records, so replays see the same watermarks.
+After a rebalance, a partition nobody writes to gets one no-op tick, so its
+state is rebuilt and its idle clock starts.
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ from rewardflow import topics as T
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import TICK, PartitionProcessor, record_format
+from rewardflow.provision import dead_letter_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
+from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.state import TableStore
 
@@ -71,7 +81,7 @@ class JoinWorker:
             web_host=settings.web_host,
             web_port=settings.web_port + 1,
             producer_acks=-1,
-            producer_max_request_size=settings.max_record_bytes * 2,
+            producer_max_request_size=max(settings.max_record_bytes * 2, dead_letter_record_limit(settings) + 65_536),
             consumer_auto_offset_reset="earliest",
             stream_wait_empty=False,
             table_standby_replicas=0,
@@ -92,6 +102,14 @@ class JoinWorker:
                                     key_type=str, value_type=bytes,
                                     extra_topic_configs={"max.message.bytes": str(changelog_max)})
         self.store = TableStore(self.table, max_bytes=changelog_max - 4096)
+        self._gaps = GapGuard(self.app, self.metrics)
+        self._assigned_at = 0
+        self._woken: set[int] = set()
+        # "p:offset,p:offset": records whose first delivery is lost (tests of the gap guard only)
+        self._fault_skip = {(int(p), int(o)) for p, o in (x.split(":") for x in
+                            os.environ.get("RF_FAULT_SKIP_RAW", "").split(",") if x)}
+        self._out_limit = min(settings.max_record_bytes, _MAX_OUTPUT_RECORD)
+        self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.app.on_partitions_assigned.connect(self._on_assigned)
@@ -100,27 +118,56 @@ class JoinWorker:
 
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
-        async for event in stream.events():
-            msg = event.message
-            proc = self._processor(msg.partition)
-            try:
-                out = proc.process(msg.value, msg.headers, msg.offset, _now_ms())
-                await self._emit(out, msg.key or str(msg.partition).encode(), msg.partition)
-            except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
-                log.exception("processing or sending the outputs of %s[%d]@%d failed; exiting without commit",
-                              msg.topic, msg.partition, msg.offset)
-                os._exit(70)
-            self.metrics.observe(out, tick=record_format(msg.headers) == TICK)
+        s = self.settings
+        async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
+            by_partition: dict[int, list[Any]] = {}
+            for event in events:
+                if self._fault_skip and self._skipped_by_fault(event.message):
+                    continue
+                by_partition.setdefault(event.message.partition, []).append(event.message)
+            for partition, msgs in by_partition.items():
+                await self._process(partition, msgs)
 
-    async def _emit(self, out: Outputs, key: bytes, partition: int) -> None:
+    def _skipped_by_fault(self, msg: Any) -> bool:
+        """Fault hook of the tests: lose the first delivery of chosen records, as Faust's consumer can."""
+        key = (msg.partition, msg.offset)
+        if key not in self._fault_skip:
+            return False
+        self._fault_skip.discard(key)
+        msg.acked = True  # never acked, like a record Faust skipped
+        log.warning("fault hook: the first delivery of %s[%d]@%d is lost", msg.topic, msg.partition, msg.offset)
+        return True
+
+    async def _process(self, partition: int, msgs: list[Any]) -> None:
+        """Process one partition's share of a batch; Faust acks the batch after this returns."""
+        proc = self._processor(partition)
+        msgs = await self._gaps.admit(proc, partition, msgs)
+        if not msgs:
+            return
+        try:
+            self.store.partition = partition
+            out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms())
+            await self._emit(out, partition)
+        except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
+            log.exception("processing or sending the outputs of %s[%d]@%d..%d failed; exiting without commit",
+                          msgs[0].topic, partition, msgs[0].offset, msgs[-1].offset)
+            os._exit(70)
+        ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
+        self.metrics.observe(out, records=len(msgs), ticks=ticks)
+
+    async def _emit(self, out: Outputs, partition: int) -> None:
+        """Send the batch's rows, each topic's split into records of at most the output limit.
+
+        Output records are keyed by the source partition: their consumers (the sink) do not
+        depend on the key, and one key per batch keeps the records few and large.
+        """
+        key = str(partition).encode()
         sends = ((T.VALID, out.valid), (T.REWARDS, out.rewards), (T.DEADLETTERS, out.dead),
-                 (T.LATE, out.late), (T.EXCLUSIONS, out.excluded))
-        limit = min(self.settings.max_record_bytes, _MAX_OUTPUT_RECORD)
+                 (T.LATE, out.late), (T.EXCLUSIONS, out.excluded), (T.WINDOWS, out.windows))
         for name, rows in sends:
+            limit = self._dead_limit if name == T.DEADLETTERS else self._out_limit
             for value in _chunks(rows, limit):
                 await self.out_topics[name].send(key=key, value=value)
-        for value in _chunks(out.windows, limit):
-            await self.out_topics[T.WINDOWS].send(key=str(partition).encode(), value=value)
 
     def _processor(self, partition: int) -> PartitionProcessor:
         proc = self.processors.get(partition)
@@ -135,16 +182,30 @@ class JoinWorker:
     async def _on_assigned(self, app: Any, assigned: Any, **_: Any) -> None:
         """Any rebalance invalidates derived state: rebuild on each partition's next record."""
         self.processors.clear()
+        self._assigned_at = _now_ms()
+        self._woken.clear()
 
     # ------------------------------------------------------------------ idle clock
     async def _idle_ticks(self) -> None:
         now = _now_ms()
         timeout_ms = int(self.settings.idle_timeout_s * 1000)
+        if now - self._assigned_at >= timeout_ms:
+            await self._wake_unread(now)
         for partition, proc in list(self.processors.items()):
             target = proc.idle_target(now, timeout_ms, self.settings.idle_clock_rate)
             if target is not None and target > proc.wm and proc.pending():
                 await self.raw_topic.send(value=orjson.dumps({"wm": target}), partition=partition,
                                           headers=_TICK_HEADERS)
+
+    async def _wake_unread(self, now: int) -> None:
+        """A no-op tick (watermark 0) to each assigned raw partition with no record read since the
+        assignment, once: reading it rebuilds the partition's state, so its idle clock starts and the
+        turns it holds finalise even if no client ever writes to it again."""
+        raw = self.raw_topic.get_topic_name()
+        for tp in self.app.consumer.assignment():
+            if tp.topic == raw and tp.partition not in self.processors and tp.partition not in self._woken:
+                self._woken.add(tp.partition)
+                await self.raw_topic.send(value=b'{"wm": 0}', partition=tp.partition, headers=_TICK_HEADERS)
 
     async def _metrics_view(self, request: Any) -> Any:
         return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")

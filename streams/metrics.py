@@ -21,6 +21,7 @@ class WorkerMetrics:
         self.counters: dict[str, int] = {
             "records_in": 0, "events_valid": 0, "dead_letters": 0, "late": 0, "duplicates": 0,
             "orphans": 0, "rewards_final": 0, "rewards_provisional": 0, "windows_closed": 0, "ticks": 0,
+            "offset_gaps": 0, "offset_gap_records_lost": 0,
         }
         self.dead_by_reason: dict[str, int] = {}
         self.dlq_limit, self.window_s = dlq_limit, window_s
@@ -29,10 +30,11 @@ class WorkerMetrics:
         self.dlq_ratio = 0.0
         self.alarm = False
 
-    def observe(self, out: Outputs, tick: bool = False) -> None:
+    def observe(self, out: Outputs, records: int = 1, ticks: int = 0) -> None:
+        """Count one batch: ``records`` raw records (``ticks`` of them idle ticks) and its outputs."""
         c = self.counters
-        c["records_in"] += 1
-        c["ticks"] += tick
+        c["records_in"] += records
+        c["ticks"] += ticks
         c["events_valid"] += len(out.valid)
         c["dead_letters"] += len(out.dead)
         c["late"] += len(out.late)

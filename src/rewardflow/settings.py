@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     active_spec_versions: list[str] = Field([], description="Spec versions scored live (default: all in the directory).")
     max_record_bytes: int = Field(1_000_000, ge=1024, le=8_000_000, description="Largest Kafka record accepted or produced.")
     max_batch_events: int = Field(500, ge=1, le=100_000, description="Largest number of events in one session batch record.")
+    worker_batch_records: int = Field(1_000, ge=1, le=100_000, description="The worker processes up to this many raw records at once (state written once per batch).")
+    worker_batch_s: float = Field(0.1, gt=0, le=10, description="...or what arrived within this many seconds, whichever comes first.")
 
     # --- sink ----------------------------------------------------------------------
     sink_batch_rows: int = Field(50_000, ge=1)

@@ -74,9 +74,6 @@ def test_malformed_inputs_are_dead_lettered_with_reason_bytes_and_source(deploy:
     assert d.worker.alive
 
 
-@pytest.mark.xfail(strict=True, reason="the dead letter of a record just over max_record_bytes carries it whole in "
-                   "base64 (~1.34 MB at the 1 MB default); the broker refuses that row (deadletters topic: 1 MB), "
-                   "and Faust only logs the refused send, so the dead letter is lost; see the stream tests' report")
 def test_a_record_just_over_the_default_size_limit_is_dead_lettered(deploy: Any) -> None:
     d = deploy(max_record_bytes=1_000_000)  # the production default
     value = encode_json([ev("FollowUp", "r1", "s1", text_redacted="x" * 16_000)] * 62)
