@@ -4,7 +4,8 @@ Not a test. For each run:
 
 1. SDK: ``EventProducer.emit`` for N realistic mixed events (pre-built,
    validated models), then ``flush()``; timed from the first emit to the
-   last acknowledgement. Every producer first sends one record and waits for
+   last acknowledgement. ``block_timeout_s`` lets ``emit`` wait while
+   ``max_pending_events`` are pending, as the raw loop waits on ``BufferError``. Every producer first sends one record and waits for
    it, untimed: connecting and getting an idempotent producer id take about
    0.5 s here, which is not throughput.
 2. The records the SDK wrote are read back from its topic (untimed).
@@ -140,7 +141,7 @@ def main() -> None:
         sdk_topic, raw_topic, single_topic = (f"bench.produce.{kind}.{uuid.uuid4().hex[:8]}" for kind in ("sdk", "raw", "single"))
         create_topics(args.bootstrap, {sdk_topic: args.partitions, raw_topic: args.partitions, single_topic: args.partitions})
         config = ProducerConfig(topic=sdk_topic, wire_format=args.format, avro_writer=args.avro_writer,
-                                max_delay_ms=args.max_delay_ms, max_events=args.max_events)
+                                max_delay_ms=args.max_delay_ms, max_events=args.max_events, block_timeout_s=60.0)
         sdk_s, n_records = run_sdk(settings, config, events)
         records = warm_up_first(read_back(args.bootstrap, sdk_topic, n_records), events[0].event_id)
         raw_s = run_raw(config.resolve(settings).kafka, raw_topic, records)

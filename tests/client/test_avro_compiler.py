@@ -144,3 +144,33 @@ def test_memo_key_covers_every_envelope_value() -> None:
 def test_memo_run_must_be_consecutive() -> None:
     with pytest.raises(Unsupported, match="consecutive"):
         compile_writer(default_catalogue().writer("ToolCall").parsed, memo=("org_id", "request_id"))
+
+
+@pytest.mark.parametrize(("name", "changes"), [
+    ("InferenceServed", {"ttft_ms": 8_191, "latency_ms": 8_192, "prompt_tokens": 2**31 - 1, "completion_tokens": 0}),
+    ("InferenceServed", {"ts": 946_684_800_000}),  # the earliest valid ts
+    ("InferenceServed", {"ts": 4_102_444_799_999}),  # the latest: above the fast long table
+    ("PersistenceCheck", {"surviving_chars": 8_192, "horizon_s": 7 * 86_400}),
+    ("PersistenceCheck", {"surviving_chars": 2**31 - 1, "branch_changed": None}),
+    ("FollowUp", {"text_redacted": "y" * 8_191}),
+    ("FollowUp", {"text_redacted": "y" * 8_192}),  # length beyond the fast length table
+    ("FollowUp", {"text_redacted": "é" * 5_000}),  # 10,000 bytes of UTF-8
+])
+def test_values_at_the_edges_of_the_fast_tables_match_fastavro(name: str, changes: dict[str, Any]) -> None:
+    """The fast path hands values outside its tables to the general function; the bytes never change."""
+    parsed = default_catalogue().writer(name).parsed
+    event = _with(next(e for e in EVENTS if e.event_type == name), **changes)
+    expected = fastavro_bytes(parsed, event.model_dump())
+    assert compile_writer(parsed)(event.__dict__) == expected
+    piece = compile_writer(parsed, prefix=b"\x02", memo=ENVELOPE, constants={"event_type": name})
+    assert piece(event.__dict__) == piece(event.__dict__) == b"\x02" + expected  # the second call hits the memo
+
+
+def test_values_that_do_not_fit_the_schema_raise_instead_of_writing_bytes() -> None:
+    """Unvalidated models (``model_construct``): a bad enum symbol, a text in an int field, a float in a long."""
+    base = next(e for e in EVENTS if e.event_type == "ToolCall")
+    write = compile_writer(default_catalogue().writer("ToolCall").parsed, memo=ENVELOPE)
+    for changes in ({"status": "weird"}, {"duration_ms": "12"}, {"ts": 1.5e12}):
+        broken = type(base).model_construct(**{**base.__dict__, **changes})
+        with pytest.raises((KeyError, TypeError)):
+            write(broken.__dict__)

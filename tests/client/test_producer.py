@@ -79,6 +79,40 @@ def test_unencodable_text_is_an_invalid_event_naming_the_field() -> None:
     assert producer.close().accepted == 0 and fake.records == []
 
 
+
+@pytest.mark.parametrize("fmt", ["avro", "json"])
+def test_an_unvalidated_model_that_does_not_fit_the_schema_is_refused(fmt: str) -> None:
+    producer, fake = make(ProducerConfig(topic="t", wire_format=fmt))  # type: ignore[arg-type]
+    base = next(e for e in sample_events(500) if e.event_type == "ToolCall")
+    cases: list[dict[str, Any]] = [{"duration_ms": object()}]
+    if fmt == "avro":  # JSON checks no enum, type or presence
+        cases += [{"status": "weird"}, {"duration_ms": "12"}, {"producer": None}]
+    bad = [type(base).model_construct(**{**base.__dict__, **changes}) for changes in cases]
+    for event in bad:
+        with pytest.raises(InvalidEvent):
+            producer.emit(event)
+    producer.emit(base)
+    assert producer.close().accepted == 1 and decoded(fake) == [base]
+
+
+def test_batches_past_their_delay_leave_while_another_thread_keeps_emitting() -> None:
+    """The pump never waits for the emit path's lock; the emitting thread sends what is due."""
+    producer, fake = make(ProducerConfig(topic="t", max_delay_ms=20))
+    first, *others = sample_events(20_000, seed=3)
+    producer.emit(first)
+    sent_while_emitting = False
+    deadline = time.monotonic() + 2.0
+    for event in others:
+        if event.session_id != first.session_id:
+            producer.emit(event)
+        if any(key == first.session_id.encode() for _, _, key, _ in list(fake.records)):
+            sent_while_emitting = True
+            break
+        if time.monotonic() > deadline:
+            break
+    assert sent_while_emitting
+    producer.close()
+
 def test_a_single_oversized_event_is_refused() -> None:
     producer, fake = make(settings=load_settings(max_record_bytes=4_096))
     event = next(e for e in sample_events(500) if e.event_type == "FollowUp")

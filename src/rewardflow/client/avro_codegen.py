@@ -5,6 +5,13 @@ A :class:`Codegen` accumulates the statements of one function and the
 varints cheap: ``SMALL[n]`` for ``0 <= n < 8192`` (small ints, string
 lengths); ``MID``/``LAST`` encode 14 bits at a time, so an epoch-ms
 timestamp (42 bits after zigzag) costs three lookups.
+
+*Fast* mode (``Codegen(fast=True)``) drops the range tests: lengths index
+``SMALL``, ints look up ``INTS`` (a dict, so a negative value is never
+mistaken for an index; others go to ``varint``), a long is the three lookups
+with the top one in ``HIGH`` (a dict holding only 29..42-bit values). A value outside
+the tables raises ``KeyError``/``IndexError``, and the caller falls back to
+the general function.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ def _slow_varint(z: int) -> bytes:
 LAST = tuple(_slow_varint(c) for c in range(1 << 14))
 MID = tuple(bytes(((c & 0x7F) | 0x80, (c >> 7) | 0x80)) for c in range(1 << 14))
 SMALL = tuple(LAST[2 * i] for i in range(TABLE_SIZE))
+INTS = {i: LAST[(i << 1) ^ (i >> 63)] for i in range(-TABLE_SIZE, TABLE_SIZE)}
+HIGH = {c: LAST[c] for c in range(1, 1 << 14)}
+TABLES = {"SMALL": SMALL, "MID": MID, "LAST": LAST, "INTS": INTS, "HIGH": HIGH}
 
 
 def varint(n: int) -> bytes:
@@ -57,16 +67,18 @@ def _kind(schema: Any) -> str:
 class Codegen:
     """Statements (``lines``) and result parts of one generated function."""
 
-    def __init__(self, named: dict[str, Any], consts: dict[str, Any] | None = None, counter: list[int] | None = None) -> None:
+    def __init__(self, named: dict[str, Any], consts: dict[str, Any] | None = None, counter: list[int] | None = None,
+                 fast: bool = False) -> None:
         self.named = named
+        self.fast = fast
         self.lines: list[str] = []
         self.parts: list[str] = []
-        self.consts = consts if consts is not None else {"SMALL": SMALL, "MID": MID, "LAST": LAST, "varint": varint}
+        self.consts = consts if consts is not None else {**TABLES, "varint": varint}
         self._counter = counter if counter is not None else [0]
 
     def child(self) -> Codegen:
-        """A generator for a nested block: shares names and constants, has its own lines and parts."""
-        return Codegen(self.named, self.consts, self._counter)
+        """A generator for a nested block: shares names, constants and mode, has its own lines and parts."""
+        return Codegen(self.named, self.consts, self._counter, self.fast)
 
     def name(self, prefix: str) -> str:
         self._counter[0] += 1
@@ -86,11 +98,15 @@ class Codegen:
             else:
                 return schema
 
-    def fields(self, fields: list[dict[str, Any]], record: str) -> None:
-        """Encode record fields in order; runs of fixed-size fields become one ``struct`` call."""
+    def fields(self, fields: list[dict[str, Any]], record: str, exprs: dict[str, str] | None = None) -> None:
+        """Encode record fields in order; runs of fixed-size fields become one ``struct`` call.
+
+        A field's value is ``record[name]``, or ``exprs[name]`` when given (a local already fetched).
+        """
         run: list[tuple[str, str]] = []  # (struct code, value expression)
         for field in fields:
-            schema, expr = self.resolve(field["type"]), f"{record}[{field['name']!r}]"
+            schema = self.resolve(field["type"])
+            expr = (exprs or {}).get(field["name"]) or f"{record}[{field['name']!r}]"
             if _kind(schema) in FIXED:
                 run.append((FIXED[_kind(schema)], expr))
                 continue
@@ -114,11 +130,18 @@ class Codegen:
         elif kind in ("string", "bytes"):
             var = self.name("s")
             self.lines.append(f"{var} = {expr}.encode()" if kind == "string" else f"{var} = {expr}")
-            self.parts += [f"(SMALL[n] if (n := len({var})) < {TABLE_SIZE} else varint(n))", var]
+            length = f"SMALL[len({var})]" if self.fast else f"(SMALL[n] if (n := len({var})) < {TABLE_SIZE} else varint(n))"
+            self.parts += [length, var]
+        elif kind == "int" and self.fast:
+            self.parts.append(f"(INTS.get({expr}) or varint({expr}))")
         elif kind == "int":
             var = self.name("i")
             self.lines.append(f"{var} = {expr}")
             self.parts.append(f"(SMALL[{var}] if 0 <= {var} < {TABLE_SIZE} else varint({var}))")
+        elif kind == "long" and self.fast:  # epoch-ms only; anything else is a KeyError (fall back)
+            var = self.name("z")
+            self.lines.append(f"{var} = {expr} << 1")
+            self.parts += [f"MID[{var} & 16383]", f"MID[{var} >> 14 & 16383]", f"HIGH[{var} >> 28]"]
         elif kind == "long":  # inline path for 29..42 significant bits: epoch-ms timestamps
             var = self.name("i")
             self.lines.append(f"{var} = {expr}")
@@ -149,6 +172,12 @@ class Codegen:
             values = [True, False] if _kind(other) == "boolean" else list(other["symbols"])
             table = self.name("OPT")
             self.consts[table] = {None: absent, **{v: present + self._constant(other, v) for v in values}}
+            self.parts.append(f"{table}[{expr}]")
+            return
+        if self.fast and _kind(other) == "int":  # fast mode: small ints and None from one dict
+            table = self.name("OPT")
+            options: dict[int | None, bytes] = {i: present + v for i, v in INTS.items()}
+            self.consts[table] = {**options, None: absent}
             self.parts.append(f"{table}[{expr}]")
             return
         var, out = self.name("u"), self.name("p")

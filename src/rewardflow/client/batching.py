@@ -6,6 +6,11 @@ push the record past ``max_record_bytes`` (the batch is split there), or
 injectable clock (read once per opened batch, and by :meth:`expired`), not
 thread-safe (the producer holds its lock around every call).
 
+Hot path: the producer may append to an open batch itself (:attr:`SessionBatcher.open`),
+exactly as :meth:`SessionBatcher.add` does when the piece fits: append the
+piece, take its size off ``room`` and one off ``left``, and :meth:`close` the
+batch when ``left`` reaches 0. Every other case goes through ``add``.
+
 Ordering: batches close in the order they must be sent. For one session, a
 closed batch always holds events emitted before those of any later batch.
 """
@@ -36,6 +41,8 @@ class SessionBatch:
     opened: float
     room: int
     """Bytes the record may still grow by (each piece costs its length plus a separator)."""
+    left: int
+    """Events the batch may still take before it is full (``max_events - count``)."""
     pieces: list[bytes] = field(default_factory=list)
 
     @property
@@ -54,10 +61,14 @@ class SessionBatcher:
         self._max_record_bytes = max_record_bytes
         self._max_delay_s = max_delay_s
         self._clock = clock
-        self._open: dict[str, SessionBatch] = {}
+        self.open: dict[str, SessionBatch] = {}
+        """Open batches by session id, oldest first (read by the producer's hot path)."""
         self._ids = _batch_ids()
-        self.buffered = 0
-        """Events in open batches."""
+
+    @property
+    def buffered(self) -> int:
+        """Events in open batches (counted on demand: the hot path keeps no running total)."""
+        return sum(len(b.pieces) for b in self.open.values())
 
     def add(self, session_id: str, event_id: str, piece: bytes) -> tuple[SessionBatch, ...]:
         """Append one event's piece; return the batches this closed, in send order.
@@ -65,7 +76,7 @@ class SessionBatcher:
         Raises :class:`RecordTooLarge`, changing nothing, when the event alone
         would make a record over ``max_record_bytes``.
         """
-        batch = self._open.get(session_id)
+        batch = self.open.get(session_id)
         size = len(piece) + self._sep_len
         if batch is not None and batch.room >= size:  # the common case: append
             closed = NOTHING
@@ -74,37 +85,37 @@ class SessionBatcher:
             alone = len(head) + self._encoder.tail + size
             if alone > self._max_record_bytes:
                 raise RecordTooLarge(event_id, alone, self._max_record_bytes)
-            closed = NOTHING if batch is None else (self._close(batch),)  # full by size: split here
+            closed = NOTHING if batch is None else (self.close(batch),)  # full by size: split here
             batch = self._new(session_id, head)
         batch.pieces.append(piece)
         batch.room -= size
-        self.buffered += 1
-        if len(batch.pieces) >= self._max_events:
-            return (*closed, self._close(batch))
+        batch.left -= 1
+        if not batch.left:
+            return (*closed, self.close(batch))
         return closed
 
     def expired(self) -> list[SessionBatch]:
         """Close and return every batch opened at least ``max_delay_s`` ago, oldest first."""
         deadline = self._clock() - self._max_delay_s
-        due = list(itertools.takewhile(lambda b: b.opened <= deadline, self._open.values()))
-        return [self._close(b) for b in due]
+        due = list(itertools.takewhile(lambda b: b.opened <= deadline, self.open.values()))
+        return [self.close(b) for b in due]
 
     def drain(self) -> list[SessionBatch]:
         """Close and return every open batch, oldest first."""
-        return [self._close(b) for b in list(self._open.values())]
+        return [self.close(b) for b in list(self.open.values())]
 
     def __len__(self) -> int:
-        return len(self._open)
+        return len(self.open)
 
     def _new(self, session_id: str, head: bytes) -> SessionBatch:
         room = self._max_record_bytes - len(head) - self._encoder.tail
-        batch = SessionBatch(session_id, session_id.encode(), head, self._clock(), room)
-        self._open[session_id] = batch
+        batch = SessionBatch(session_id, session_id.encode(), head, self._clock(), room, self._max_events)
+        self.open[session_id] = batch
         return batch
 
-    def _close(self, batch: SessionBatch) -> SessionBatch:
-        del self._open[batch.session_id]
-        self.buffered -= len(batch.pieces)
+    def close(self, batch: SessionBatch) -> SessionBatch:
+        """Remove the open ``batch`` and return it (now closed, ready to send)."""
+        del self.open[batch.session_id]
         return batch
 
 

@@ -14,7 +14,7 @@ occupies inside a session batch record; a record is the batch's *head*
   the fallback for a schema the compiler does not handle); head = magic 0,
   schema id, ``batch_id``, ``session_id``; then the array block count, the
   pieces, and the end-of-array byte.
-* json: piece = ``orjson.dumps(event)``; record =
+* json: piece = ``orjson.dumps(event.__dict__)`` (nested models by their ``__dict__``); record =
   ``{"batch_id":…,"session_id":…,"events":[piece,piece,…]}``.
 
 Contract: encoders are pure and take *validated* event models. ``piece``
@@ -30,6 +30,7 @@ from typing import IO, Any, Literal, Protocol, cast
 
 import orjson
 from fastavro import schemaless_writer
+from pydantic import BaseModel
 
 from rewardflow.client.avro_compiler import Unsupported, compile_writer, varint
 from rewardflow.events.catalogue import BATCH, EVENT_TYPES, Catalogue, default_catalogue
@@ -170,7 +171,14 @@ class JsonBatchEncoder:
 
 
 def _json_piece(fields: dict[str, Any]) -> bytes:
-    return orjson.dumps(fields_of(fields))
+    """orjson writes the ``__dict__`` as is and asks :func:`_nested` for the nested ``producer`` model (no copy)."""
+    return orjson.dumps(fields, default=_nested)
+
+
+def _nested(value: Any) -> dict[str, Any]:
+    if isinstance(value, BaseModel):
+        return value.__dict__  # type: ignore[no-any-return]
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def encoder_for(wire_format: str, catalogue: Catalogue | None = None,

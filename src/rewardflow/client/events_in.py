@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from rewardflow.events.errors import InvalidEvent
 from rewardflow.events.models import EVENT_MODELS, Envelope
 from rewardflow.events.validate import validate_event
@@ -36,7 +38,7 @@ def as_model(event: Envelope | Mapping[str, Any]) -> Envelope:
 
 def unencodable(event: Envelope, exc: Exception) -> InvalidEvent:
     """The ``InvalidEvent`` for an encoder failure: names the first text field UTF-8 cannot encode."""
-    for name, value in _texts(event.model_dump()):
+    for name, value in _texts(event.__dict__):  # not model_dump(): the model may hold values of wrong types
         try:
             value.encode()
         except UnicodeEncodeError:
@@ -49,6 +51,6 @@ def _texts(fields: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]
     for name, value in fields.items():
         if isinstance(value, str):
             out.append((prefix + name, value))
-        elif isinstance(value, Mapping):
-            out.extend(_texts(value, f"{prefix}{name}."))
+        elif isinstance(value, Mapping | BaseModel):
+            out.extend(_texts(value if isinstance(value, Mapping) else value.__dict__, f"{prefix}{name}."))
     return out

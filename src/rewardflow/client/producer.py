@@ -4,7 +4,14 @@ Route of one event: ``emit`` validates it (a dict) or trusts it (a model), encod
 it once, appends it to its session's open batch, and returns. A batch goes to
 Kafka (key ``session_id``, header ``rf-format``) when it is full, would
 exceed ``max_record_bytes``, or is ``max_delay_ms`` old; a background thread
-(the *pump*) sends the old ones and serves librdkafka's delivery reports.
+(the *pump*) serves librdkafka's delivery reports and sends the old ones, or,
+when an emitting thread holds the lock, flags them for that thread to send
+on its next ``emit`` (the pump never waits for the emit path's lock).
+
+Cost per event on the hot path: one compiled encoder call (outside the
+lock), one dict lookup and a list append under the lock; per record: one
+``produce`` and one delivery callback. Pending events are bounded without
+reading the delivery ledger per event (a limit refreshed when reached).
 
 Guarantees:
 
@@ -72,13 +79,17 @@ class EventProducer:
         cfg = self.config
         self._encoder = encoder_for(cfg.wire_format, avro_writer=cfg.avro_writer)
         self._batcher = SessionBatcher(self._encoder, cfg.max_events, cfg.max_record_bytes, cfg.max_delay_s)
-        self._writers, self._add, self._max_pending = self._encoder.writers, self._batcher.add, cfg.max_pending_events
+        self._writers, self._open, self._sep = self._encoder.writers, self._batcher.open, len(self._encoder.separator)
         self._ledger = DeliveryLedger()
         self._kafka = kafka_factory(cfg.kafka)
         self._handoff = KafkaHandoff(self._kafka, cfg.topic, self._encoder, self._ledger)
         self._ship = self._handoff.ship
         self._lock = threading.Lock()
         self._accepted = 0
+        self._limit = cfg.max_pending_events
+        """``emit`` accepts while ``accepted < limit``; the limit is ``done + max_pending_events``, refreshed lazily."""
+        self._due = False
+        """Set by the pump: batches may be past their delay; whoever holds the lock next sends them."""
         self._closed = False
         self._pump = Pump(self._kafka, self._tick, interval_s=min(0.05, max(0.001, cfg.max_delay_s / 4)))
         atexit.register(self._at_exit)
@@ -96,41 +107,67 @@ class EventProducer:
             raise ProducerClosed("emit() after close()", self.stats)
         model = event if type(event) in TRUSTED else as_model(event)
         fields: dict[str, Any] = model.__dict__  # pydantic's attribute access is slow on this path
-        if self._accepted - self._ledger.done >= self._max_pending:
+        try:  # encoding is pure: done outside the lock
+            piece = self._writers[fields["event_type"]](fields)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error) as exc:
+            raise unencodable(model, exc) from None  # type: ignore[arg-type]
+        if self._accepted >= self._limit:
             self._wait_for_room()
         with self._lock:
-            if not self._closed:  # (close() may have run while this thread waited for room)
-                try:
-                    piece = self._writers[fields["event_type"]](fields)
-                except (ValueError, TypeError, struct.error) as exc:
-                    raise unencodable(model, exc) from None  # type: ignore[arg-type]
-                closed = self._add(fields["session_id"], fields["event_id"], piece)
+            if self._closed:  # (close() may have run meanwhile)
+                raise ProducerClosed("emit() after close()", self.stats)
+            if self._due:
+                self._send_due()
+            batch = self._open.get(fields["session_id"])
+            size = len(piece) + self._sep
+            if batch is not None and batch.room >= size:  # the common case: append (SessionBatcher's contract)
+                batch.pieces.append(piece)
+                batch.room -= size
+                batch.left -= 1
                 self._accepted += 1
-                for batch in closed:
-                    self._ship(batch)
+                if not batch.left:
+                    self._ship(self._batcher.close(batch))
                 return
-        raise ProducerClosed("emit() after close()", self.stats)
+            closed = self._batcher.add(fields["session_id"], fields["event_id"], piece)  # may raise RecordTooLarge
+            self._accepted += 1
+            for batch in closed:
+                self._ship(batch)
 
     def _tick(self) -> None:
-        """Pump callback: send batches past their delay and retry refused ones."""
-        with self._lock:
-            self._handoff.retry()
-            for batch in self._batcher.expired():
-                self._ship(batch)
+        """Pump callback: flag that batches may be due; send them now unless another thread holds the lock.
+
+        Never waits for the lock: an emitting thread that holds it sends the
+        due batches itself on its next ``emit`` (it sees ``_due``).
+        """
+        self._due = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._send_due()
+            finally:
+                self._lock.release()
+
+    def _send_due(self) -> None:
+        """Under the lock: retry refused batches, send batches past their delay."""
+        self._due = False
+        self._handoff.retry()
+        for batch in self._batcher.expired():
+            self._ship(batch)
 
     def _wait_for_room(self) -> None:
         deadline = time.monotonic() + self.config.block_timeout_s
+        max_pending = self.config.max_pending_events
         while True:
             self._kafka.poll(0)
-            pending = self._accepted - self._ledger.done
-            if pending < self.config.max_pending_events:
+            self._limit = self._ledger.done + max_pending
+            if self._accepted < self._limit:
                 return
             if time.monotonic() >= deadline:
                 raise BufferFull(
-                    f"{pending} events are pending (max_pending_events={self.config.max_pending_events}); "
+                    f"{self._accepted - self._ledger.done} events are pending (max_pending_events={max_pending}); "
                     f"is the broker at {self.config.bootstrap} reachable? The event was not accepted: "
                     "retry it later or call flush()", self.stats)
-            self._tick()
+            with self._lock:
+                self._send_due()
             self._kafka.poll(min(0.05, max(0.0, deadline - time.monotonic())))
 
     # --- accounting, flush, lifecycle -------------------------------------------------

@@ -2,7 +2,8 @@
 
 Every ``interval_s`` it calls ``poll(0)`` on the Kafka producer (delivery
 callbacks run in this thread then) and the producer's ``tick`` (which sends
-session batches older than ``max_delay_ms``). It is a daemon thread: it never
+session batches older than ``max_delay_ms``, or flags them for the emitting
+thread; ``tick`` must not block on the emit path). It is a daemon thread: it never
 keeps the interpreter alive; the producer's ``close()`` stops and joins it.
 An exception in ``tick`` is logged and the pump keeps going, so one bad tick
 cannot silently stop deliveries.
