@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rewardflow.clickhouse.catalog import ALL_TABLES
+from rewardflow.clickhouse.catalog import ALL_TABLES, table
 from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.migrate import MIGRATIONS, applied_versions, migrate
 from rewardflow.clickhouse.views import ALL_VIEWS
@@ -52,3 +52,31 @@ def test_ttl_follows_the_setting(ch_db: ChDatabase) -> None:
     query = str(ch_db.client.command("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'events'"))
     assert "toIntervalDay(7)" in query
     assert migrate(ch_db.client, events_ttl_days=7).ttl_changed == []
+
+
+def test_reward_specs_is_created_by_its_own_migration_and_used_by_the_registry(ch_db: ChDatabase) -> None:
+    from rewardflow.rewards.registry import REWARD_SPECS_TABLE, check_and_register, load_dir, read_ledger
+    from rewardflow.rewards.spec import bundled_specs_dir
+
+    assert REWARD_SPECS_TABLE is table("reward_specs")  # one definition
+    assert not any("reward_specs" in s for s in MIGRATIONS[0].statements(90))  # released migration unchanged
+    assert ch_db.client.command("EXISTS TABLE reward_specs") == 1
+    specs = load_dir(bundled_specs_dir())
+    assert check_and_register(ch_db.client, specs) == sorted(f.spec.version for f in specs)
+    assert set(read_ledger(ch_db.client)) == {f.spec.version for f in specs}
+
+
+def test_a_database_whose_registry_created_reward_specs_catches_up(ch_db: ChDatabase) -> None:
+    from rewardflow.rewards.registry import check_and_register, load_dir, read_ledger
+    from rewardflow.rewards.spec import bundled_specs_dir
+
+    # as before migration 4: no reward_specs and no record of 4; then the registry creates the table itself
+    ch_db.client.command("DROP TABLE reward_specs SYNC")
+    ch_db.client.command("DELETE FROM schema_migrations WHERE version = 4")
+    assert 4 not in applied_versions(ch_db.client)
+    specs = load_dir(bundled_specs_dir())
+    check_and_register(ch_db.client, specs)
+    report = migrate(ch_db.client)
+    assert report.applied == [4]
+    assert set(read_ledger(ch_db.client)) == {f.spec.version for f in specs}  # registered rows kept
+    assert migrate(ch_db.client).applied == []

@@ -190,3 +190,28 @@ def test_unreachable_server_is_retried_not_fatal_and_the_password_stays_secret(c
     sink.close(timeout=1)
     assert "ClickHouse unavailable" in caplog.text
     assert "TopSecret42" not in caplog.text and "TopSecret42" not in repr(sink.dsn) and "TopSecret42" not in str(sink.metrics.snapshot())
+
+
+def test_reads_on_while_an_insert_runs_and_commits_only_after_it_returned(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
+    import threading
+
+    topic = unique_topic("rewards")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_first_insert(table: str) -> None:
+        if table == "rewards" and not entered.is_set():
+            entered.set()
+            assert release.wait(60)
+
+    produce(kafka_broker.bootstrap, topic, values([reward(i) for i in range(40)], per_record=5))
+    sink = _sink(ch_db, kafka_broker, topic, "rewards", unique_group, fault=slow_first_insert)
+    pump(sink, entered.is_set)
+    produce(kafka_broker.bootstrap, topic, values([reward(i) for i in range(40, 80)], per_record=5))
+    pump(sink, lambda: sink.metrics.records_read >= 16)  # the sink thread is not blocked by the running insert
+    assert committed(kafka_broker.bootstrap, unique_group, topic, 1)[0] < 0  # nothing committed before it returns
+    assert sink.metrics.rows_written["rewards"] == 0
+    release.set()
+    pump(sink, lambda: sink.metrics.rows_written["rewards"] >= 80)
+    assert committed(kafka_broker.bootstrap, unique_group, topic, 1) == {0: 16}
+    sink.close()
+    assert _count(ch_db.client, "rewards") == 80

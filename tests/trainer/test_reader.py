@@ -97,3 +97,21 @@ def test_through_the_owner_endpoint_same_answer(ch_db: ChDatabase) -> None:
         assert list(RewardReader(trainer="remote", settle_s=0, reader=remote)) == []
     finally:
         server.stop()
+
+
+def test_export_is_exactly_the_final_rows_in_seq_order(ch_db: ChDatabase) -> None:
+    # several parts, keys interleaved across them, and a replay past the dedup window with *changed*
+    # content: the two-step read must return what `rewards FINAL` returns (the first copy), no more
+    ch_db.client.command("SYSTEM STOP MERGES rewards")  # keep the duplicates stored, unmerged
+    for part in range(4):
+        insert(ch_db.client, [reward(i, reward_value=0.5) for i in range(part, 200, 4)])
+    insert(ch_db.client, [reward(i, reward_value=0.9) for i in range(0, 200, 3)], token="replay-beyond-window")
+    insert(ch_db.client, [reward(i, provisional=1) for i in range(300, 320)])
+    cols = ", ".join(f"`{c}`" for c in (*REWARDS.record_columns, "_seq"))
+    want = ch_db.client.query_arrow(f"SELECT {cols} FROM rewards FINAL WHERE provisional = 0 ORDER BY _seq")
+    reader = RewardReader(ch_db.dsn, trainer=None, batch_rows=64, settle_s=0, settings=ch_db.settings())
+    got = pa.Table.from_batches(list(reader), schema=reader.schema())
+    reader.close()
+    assert got.num_rows == 200 and ch_db.client.command("SELECT count() FROM rewards") == 287
+    assert got.to_pylist() == want.to_pylist()
+    assert set(got.column("reward").to_pylist()) == {0.5}

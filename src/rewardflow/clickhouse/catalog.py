@@ -9,7 +9,7 @@ from __future__ import annotations
 from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.tables import EVENTS, REWARD_WINDOWS, REWARDS
 from rewardflow.clickhouse.tables_ops import ALERTS, DEAD_LETTERS, EXCLUSIONS, LATE_EVENTS
-from rewardflow.clickhouse.tables_state import SCHEMA_MIGRATIONS, SINK_BATCHES, TRAINER_CURSORS
+from rewardflow.clickhouse.tables_state import REWARD_SPECS, SCHEMA_MIGRATIONS, SINK_BATCHES, TRAINER_CURSORS
 from rewardflow.topics import TABLE_OF_TOPIC
 
 ALL_TABLES: tuple[TableDef, ...] = (
@@ -22,6 +22,7 @@ ALL_TABLES: tuple[TableDef, ...] = (
     ALERTS,
     TRAINER_CURSORS,
     SINK_BATCHES,
+    REWARD_SPECS,
     SCHEMA_MIGRATIONS,
 )
 BY_NAME: dict[str, TableDef] = {t.name: t for t in ALL_TABLES}

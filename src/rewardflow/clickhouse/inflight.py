@@ -1,22 +1,25 @@
-"""Up to N inserts in flight: partitions are written in parallel, each partition strictly in order.
+"""Up to N inserts in flight, in the background: partitions in parallel, each partition strictly in order.
 
-Parsing an insert is single-threaded in ClickHouse, so with more than one core
-two inserts at once raise the sink's throughput (Snuba keeps two in flight
-too). Order and commit semantics are unchanged: the batches of one partition
-form a *chain* written one after the other by one thread; a chain stops at its
-first failure and reports what it wrote and what is left. The caller commits
-only the written prefixes.
+Parsing an insert is single-threaded in ClickHouse, and the sink's own thread
+has Kafka to read meanwhile, so inserts run on a pool of ``in_flight`` threads
+(Snuba keeps two in flight too) while the caller goes on consuming. Order and
+commit semantics are unchanged: the batches of one partition form a *chain*
+written one after the other by one thread; a chain stops at its first failure
+and reports what it wrote and what is left. The caller keeps at most one chain
+per partition in flight (so a partition's batches are never reordered) and
+commits only the written prefixes, after the chain's future is done.
 
 Threads: one pool of ``in_flight`` threads, each with its own connection
-(chDB and HTTP clients serialise calls per connection). :meth:`write_all`
-blocks until every chain finished or stopped.
+(chDB and HTTP clients serialise calls per connection). :meth:`submit` never
+blocks; the returned future raises only for programming errors (ClickHouse
+failures are in :attr:`ChainResult.error`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -36,7 +39,7 @@ class ChainResult:
 
 
 class ParallelWriter:
-    """Writes chains of batches with up to ``in_flight`` concurrent inserts."""
+    """Writes chains of batches in the background with up to ``in_flight`` concurrent inserts."""
 
     def __init__(self, open_client: Callable[[], Client], fault: Fault | None, in_flight: int = 2) -> None:
         self._open_client = open_client
@@ -44,7 +47,7 @@ class ParallelWriter:
         self._local = threading.local()
         self._clients: list[Client] = []
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(in_flight, thread_name_prefix="rewardflow-insert") if in_flight > 1 else None
+        self._pool = ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="rewardflow-insert")
 
     def _writer(self) -> BatchWriter:
         client: Client | None = getattr(self._local, "client", None)
@@ -71,20 +74,13 @@ class ParallelWriter:
             result.written.append((batch, len(dead)))
         return result
 
-    def write_all(self, batches: Sequence[Batch]) -> list[ChainResult]:
-        """Write ``batches`` (in offset order per partition); one result per partition chain."""
-        chains: dict[tuple[str, int], list[Batch]] = {}
-        for batch in batches:
-            chains.setdefault((batch.topic, batch.partition), []).append(batch)
-        if self._pool is None or len(chains) == 1:
-            return [self._chain(chain) for chain in chains.values()]
-        futures = [self._pool.submit(self._chain, chain) for chain in chains.values()]
-        return [f.result() for f in futures]
+    def submit(self, chain: Sequence[Batch]) -> Future[ChainResult]:
+        """Start writing ``chain`` (one partition's batches, in offset order); returns at once."""
+        return self._pool.submit(self._chain, list(chain))
 
     def close(self) -> None:
-        """Stop the threads and close every connection. Idempotent."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        """Wait for the running chains, stop the threads and close every connection. Idempotent."""
+        self._pool.shutdown(wait=True)
         with self._lock:
             for client in self._clients:
                 client.close()

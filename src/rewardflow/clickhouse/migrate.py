@@ -23,8 +23,12 @@ from clickhouse_connect.driver.client import Client
 from rewardflow.clickhouse.catalog import ALL_TABLES
 from rewardflow.clickhouse.ddl import create_database, create_table, modify_ttl, ttl_clause
 from rewardflow.clickhouse.dsn import Dsn
-from rewardflow.clickhouse.tables_state import SCHEMA_MIGRATIONS
+from rewardflow.clickhouse.tables_state import REWARD_SPECS, SCHEMA_MIGRATIONS
 from rewardflow.clickhouse.views import ALL_VIEWS
+
+# Migration 1 created every table of the catalogue as it stood then; tables added to the
+# catalogue later get their own migration, so migration 1 renders the same statements forever.
+_LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name})
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
         "reward tables",
-        lambda ttl: [create_table(t, events_ttl_days=ttl) for t in ALL_TABLES if t is not SCHEMA_MIGRATIONS],
+        lambda ttl: [create_table(t, events_ttl_days=ttl) for t in ALL_TABLES if t.name not in _LATER],
     ),
     Migration(2, "analyst views", lambda ttl: [v.ddl() for v in ALL_VIEWS]),
     Migration(
@@ -48,6 +52,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         "topic ids in the sink ledger",
         lambda ttl: ["ALTER TABLE sink_batches ADD COLUMN IF NOT EXISTS `topic_id` String AFTER `topic`"],
     ),
+    # the registry used to create this table itself (IF NOT EXISTS, same definition): a no-op there
+    Migration(4, "reward spec ledger", lambda ttl: [create_table(REWARD_SPECS)]),
 )
 
 

@@ -7,8 +7,9 @@ Stages, in this order, one thread (arroyo-style; each stage is its own module):
       -> batch    (:class:`.batching.PartitionBuffer`, :func:`.batching.cut`)
       -> record   (:class:`.ledger.BatchLedger`: the batch's offset range)
       -> write    (:class:`.writer.BatchWriter`: deduplicated insert, bad rows to dead_letters;
-                   :class:`.inflight.ParallelWriter`: partitions in parallel, each in order)
-      -> commit   (offsets after the last *written* record, synchronously)
+                   :class:`.inflight.ParallelWriter`: in the background, partitions in parallel,
+                   each in order, while this thread reads on; :mod:`.sinkinserts`)
+      -> commit   (offsets after the last *written* record, synchronously, once its insert returned)
 
 Guarantees:
 
@@ -25,8 +26,11 @@ Guarantees:
   backoff (0.2 s .. 30 s), partitions are paused (the consumer keeps polling,
   so it stays in its group), nothing is committed, and it resumes by itself.
 * A row a table rejects goes to ``dead_letters``; its partition moves on.
-* Rebalance: buffers of revoked partitions are dropped uncommitted; their new
-  owner re-reads them.
+* Rebalance: inserts in flight are waited for and committed first; then the
+  buffers of revoked partitions are dropped uncommitted; their new owner
+  re-reads them.
+* Memory: at most ~4 x ``sink_batch_rows`` rows are held read but unwritten;
+  beyond that :meth:`poll_once` waits for an insert before reading more.
 
 Threads: create it anywhere, then call :meth:`run` (or :meth:`poll_once` in a
 loop, then :meth:`close`) from one thread. :meth:`run` returns after
@@ -163,6 +167,7 @@ class RewardSink:
             consumer.pause(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._flusher.drain(consumer)  # inserts in flight finish and are committed while we still own them
         for p in partitions:
             tp = (p.topic, p.partition)
             self._buffers.pop(tp, None)

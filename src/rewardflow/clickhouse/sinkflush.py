@@ -1,12 +1,22 @@
-"""The sink's flush: cut due buffers, record ranges, write batches, then commit. Commit is last.
+"""The sink's flush: cut due buffers, record ranges, start the inserts, commit what they wrote. Commit is last.
 
-Contract of :meth:`Flusher.maybe_flush`: it returns True when everything
-that was due is written and committed, False when ClickHouse was unavailable
-(or still in backoff), in which case the cut batches are kept, in order, for
-the next attempt, the consumer's partitions are paused and nothing after the
-last written batch is committed. It never raises for ClickHouse errors.
-Offsets committed are always "one past the last record of a written batch"
-of that partition. Blocks for the inserts and a synchronous commit.
+Contract of :meth:`Flusher.maybe_flush`:
+
+* ``force=False`` (the poll loop): collects the inserts that finished and
+  commits their written prefixes, then cuts what is due, records the new
+  ranges in the ledger and *starts* their inserts in the background (at most
+  one chain per partition, :mod:`.sinkinserts`), so the sink reads Kafka while
+  ClickHouse parses. It blocks only when more than ``max_pending_rows`` rows
+  are read but unwritten (back-pressure), until an insert finished.
+* ``force=True`` (flush / close / revoke): the same, then waits until every
+  insert finished; returns True when everything was written and committed.
+
+Either way it returns False when ClickHouse was unavailable (or still in
+backoff): the unwritten batches stay queued, in order, for the next attempt,
+the consumer's partitions are paused and nothing after the last written batch
+of a partition is committed. It never raises for ClickHouse errors. Offsets
+committed are always "one past the last record of a written batch" of that
+partition, and are committed only after that batch's insert returned.
 """
 
 from __future__ import annotations
@@ -22,10 +32,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from rewardflow.clickhouse.batching import Batch, PartitionBuffer, cut
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.errors import ClickHouseUnavailable, clean_message, is_driver_error
+from rewardflow.clickhouse.inflight import ChainResult, ParallelWriter
 from rewardflow.clickhouse.ledger import BatchLedger
 from rewardflow.clickhouse.metrics import SinkMetrics
 from rewardflow.clickhouse.retry import Backoff
-from rewardflow.clickhouse.inflight import ParallelWriter
+from rewardflow.clickhouse.sinkinserts import Inserts
 from rewardflow.clickhouse.writer import Fault
 
 log = logging.getLogger("rewardflow.clickhouse.sink")
@@ -33,7 +44,7 @@ TP = tuple[str, int]
 
 
 class Flusher:
-    """Owns the ClickHouse side of the sink: client, ledger, writer, unwritten batches, backoff."""
+    """Owns the ClickHouse side of the sink: client, ledger, inserts in flight, backoff."""
 
     def __init__(
         self, dsn: Dsn, metrics: SinkMetrics, batch_rows: int, batch_seconds: float, fault: Fault | None, in_flight: int = 2
@@ -42,13 +53,14 @@ class Flusher:
         self.metrics = metrics
         self.batch_rows = batch_rows
         self.batch_seconds = batch_seconds
+        self.max_pending_rows = 4 * batch_rows
         self.fault = fault
         self.ledger = BatchLedger()
         self.backoff = Backoff()
-        self.unwritten: list[Batch] = []
         self.paused = False
         self._client: Client | None = None  # ledger reads and writes
-        self._inserts = ParallelWriter(self._open_client, fault, in_flight)
+        self._failures = 0  # inserts started before the latest failure prove nothing about recovery
+        self.inserts = Inserts(ParallelWriter(self._open_client, fault, in_flight))
 
     def _open_client(self) -> Client:
         from rewardflow.clickhouse.connect import get_client
@@ -60,14 +72,19 @@ class Flusher:
             self._client = self._open_client()
         return self._client
 
+    def drain(self, consumer: Consumer) -> None:
+        """Wait for every running insert and commit what it wrote (before a rebalance). Never raises for ClickHouse."""
+        while self.inserts.running:
+            self._settle(consumer, self.inserts.collect(block=True))
+
     def forget(self, tp: TP) -> None:
-        """Drop everything of a revoked partition (uncommitted; its new owner re-reads it)."""
-        self.unwritten = [b for b in self.unwritten if (b.topic, b.partition) != tp]
+        """Drop everything of a revoked partition (uncommitted; its new owner re-reads it). Call after :meth:`drain`."""
+        self.inserts.forget(tp)
         self.ledger.forget(tp)
 
     def pending(self, buffers: dict[TP, PartitionBuffer]) -> int:
         """Rows read but not yet written."""
-        return sum(b.rows for b in self.unwritten) + sum(b.rows for b in buffers.values())
+        return self.inserts.rows() + sum(b.rows for b in buffers.values())
 
     def _due_tables(self, buffers: dict[TP, PartitionBuffer], now: float) -> set[str]:
         rows: dict[str, int] = {}
@@ -80,29 +97,35 @@ class Flusher:
         return due | {t for t, n in rows.items() if n >= self.batch_rows}
 
     def maybe_flush(self, consumer: Consumer, buffers: dict[TP, PartitionBuffer], now: float, *, force: bool) -> bool:
-        """Flush what is due (everything when ``force``); see the module contract."""
+        """Commit finished inserts, start what is due (everything when ``force``); see the module contract."""
+        ok = self._settle(consumer, self.inserts.collect())
         if not self.backoff.due(now):
             return False
         due = {b.table for b in buffers.values() if b.records} if force else self._due_tables(buffers, now)
-        if not due and not self.unwritten:
-            return True
         try:
-            client = self._ledger_client()
-            self._cut(consumer, client, buffers, due, now)
-            self.ledger.record(client, self.unwritten)
-            self.unwritten = [dataclasses.replace(b, recorded=True) for b in self.unwritten]
-            self._write(consumer)
+            if due or self.inserts.queued:
+                client = self._ledger_client()
+                fresh = self._cut(consumer, client, buffers, due, now)
+                self.ledger.record(client, fresh)
+                self.inserts.add([dataclasses.replace(b, recorded=True) for b in fresh])
         except Exception as exc:
             if not (isinstance(exc, ClickHouseUnavailable) or is_driver_error(exc)):
                 raise
             self._unavailable(consumer, exc)
             return False
-        self._available(consumer)
-        return True
+        self.inserts.start(self._failures)
+        while ok and self.inserts.running and (force or self.pending(buffers) > self.max_pending_rows):
+            ok = self._settle(consumer, self.inserts.collect(block=True))
+            if ok:
+                self.inserts.start(self._failures)
+        return ok and not (force and self.inserts.busy)
 
-    def _cut(self, consumer: Consumer, client: Client, buffers: dict[TP, PartitionBuffer], due: set[str], now: float) -> None:
+    def _cut(
+        self, consumer: Consumer, client: Client, buffers: dict[TP, PartitionBuffer], due: set[str], now: float
+    ) -> list[Batch]:
         bufs = [(tp, b) for tp, b in buffers.items() if b.records]
         positions = {(p.topic, p.partition): p.offset for p in consumer.position([TopicPartition(*tp) for tp, _ in bufs])}
+        out: list[Batch] = []
         for tp, buf in bufs:
             if not self.ledger.loaded(tp):
                 self.ledger.load(client, tp, buf.topic_id, buf.records[0].offset)
@@ -118,26 +141,32 @@ class Flusher:
             if batches and buf.records:
                 buf.since = now
             self.metrics.replayed_batches += sum(b.recorded for b in batches)
-            self.unwritten.extend(batches)
+            out.extend(batches)
+        return out
 
-    def _write(self, consumer: Consumer) -> None:
-        """Insert every unwritten batch (partitions in parallel), then commit the written prefixes."""
+    def _settle(self, consumer: Consumer, results: list[tuple[int, ChainResult]]) -> bool:
+        """Count and commit what finished chains wrote; on an error back off. False if any chain failed.
+
+        ClickHouse counts as available again only when an insert *started after* the
+        latest failure succeeded (one already running when it failed proves nothing).
+        """
         written: dict[TP, int] = {}
-        left: set[int] = set()
         error: ClickHouseUnavailable | None = None
-        for chain in self._inserts.write_all(self.unwritten):
+        for _, chain in results:
             for batch, dead in chain.written:
                 self.metrics.rows_written[batch.table] += batch.rows
                 self.metrics.batches[batch.table] += 1
                 self.metrics.dead_lettered += dead
                 written[(batch.topic, batch.partition)] = batch.last + 1
-            left.update(id(b) for b in chain.remaining)
             error = error or chain.error
-        self.unwritten = [b for b in self.unwritten if id(b) in left]
         if written:
             self._commit(consumer, written)
         if error is not None:
-            raise error
+            self._unavailable(consumer, error)
+            return False
+        if any(tag == self._failures for tag, _ in results):
+            self._available(consumer)
+        return True
 
     def _commit(self, consumer: Consumer, offsets: dict[TP, int]) -> None:
         try:
@@ -149,10 +178,11 @@ class Flusher:
             log.warning("offset commit failed (rows are stored; a re-read is deduplicated): %s", exc)
 
     def _unavailable(self, consumer: Consumer, exc: BaseException) -> None:
+        self._failures += 1
         delay = self.backoff.failed()
         self.metrics.retries += 1
         self.metrics.last_error = clean_message(exc)
-        rows = sum(b.rows for b in self.unwritten)
+        rows = self.inserts.rows()
         if self.metrics.unavailable_since is None:
             self.metrics.unavailable_since = time.monotonic()
             log.warning(
@@ -177,7 +207,8 @@ class Flusher:
             self.paused = False
 
     def close(self) -> None:
-        self._inserts.close()
+        """Wait for running inserts (uncommitted), release the threads and connections."""
+        self.inserts.writer.close()
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -1,11 +1,11 @@
-"""Bookkeeping tables: trainer cursors, the sink's batch ledger, schema migrations.
+"""Bookkeeping tables: trainer cursors, the sink's batch ledger, the reward spec ledger, schema migrations.
 
 These are written by rewardflow itself, not fed from a topic.
 """
 
 from __future__ import annotations
 
-from rewardflow.clickhouse.columns import INSERTED_AT, KEEP_FIRST, SEQ, Column, TableDef, sink_settings
+from rewardflow.clickhouse.columns import INSERTED_AT, KEEP_FIRST, SEQ, Column, TableDef, ms_alias, sink_settings
 
 C = Column
 
@@ -48,6 +48,28 @@ SINK_BATCHES = TableDef(
     order_by="(topic, partition, first_offset, topic_id)",
     ttl="toDateTime(_inserted_at) + INTERVAL 30 DAY",
     settings=sink_settings(),
+)
+
+REWARD_SPECS = TableDef(
+    name="reward_specs",
+    doc="Ledger of reward spec versions: a version's content hash never changes. One row per "
+    "(version, content_hash); two hashes under one version is a conflict the registry refuses "
+    "(rewardflow.rewards.registry writes it).",
+    columns=(
+        C("version", "LowCardinality(String)", "Spec version (RewardSpec.version)."),
+        C("content_hash", "String", "RewardSpec.content_hash: sha256 prefix of the canonical content."),
+        C("description", "String", "The spec's description."),
+        C("weights", "String", "The spec's weights as JSON (for audit)."),
+        C("registered_at", "Int64", "Wall time of the first registration, epoch ms."),
+        ms_alias("registered_at", "registered_at_ts"),
+        SEQ,
+        INSERTED_AT,
+        KEEP_FIRST,
+    ),
+    engine="ReplacingMergeTree(_keep)",
+    order_by="(version, content_hash)",
+    settings=sink_settings(),
+    id_column="version",
 )
 
 SCHEMA_MIGRATIONS = TableDef(

@@ -29,31 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rewardflow.clickhouse.columns import INSERTED_AT, KEEP_FIRST, SEQ, Column, TableDef, ms_alias, sink_settings
 from rewardflow.clickhouse.ddl import create_table
+from rewardflow.clickhouse.tables_state import REWARD_SPECS
 from rewardflow.core.records import stable_id
 from rewardflow.rewards.spec import RewardSpec, SpecError, bundled_specs_dir, load_spec
 
-# The ledger table, as data (rewardflow.clickhouse.ddl renders its DDL). Until the
-# catalog's migrations include it, check_and_register creates it (IF NOT EXISTS).
-REWARD_SPECS_TABLE = TableDef(
-    name="reward_specs",
-    doc="Ledger of reward spec versions: a version's content hash never changes. One row per "
-    "(version, content_hash); two hashes under one version is a conflict the registry refuses.",
-    columns=(
-        Column("version", "LowCardinality(String)", "Spec version (RewardSpec.version)."),
-        Column("content_hash", "String", "RewardSpec.content_hash: sha256 prefix of the canonical content."),
-        Column("description", "String", "The spec's description."),
-        Column("weights", "String", "The spec's weights as JSON (for audit)."),
-        Column("registered_at", "Int64", "Wall time of the first registration, epoch ms."),
-        ms_alias("registered_at", "registered_at_ts"),
-        SEQ, INSERTED_AT, KEEP_FIRST,
-    ),
-    engine="ReplacingMergeTree(_keep)",
-    order_by="(version, content_hash)",
-    settings=sink_settings(),
-    id_column="version",
-)
+# The ledger table is defined in the ClickHouse table catalogue and created by `rewardflow db
+# migrate` (migration 4); check_and_register still creates it (IF NOT EXISTS) for an unmigrated database.
+REWARD_SPECS_TABLE = REWARD_SPECS
 
 
 @dataclass(frozen=True, slots=True)

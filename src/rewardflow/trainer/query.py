@@ -45,12 +45,24 @@ def where_clause(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def rewards_sql(filters: Mapping[str, Any], after: int, upto: int) -> tuple[str, dict[str, Any]]:
-    """Rows of ``rewards FINAL`` with ``after < _seq <= upto`` matching ``filters``, ordered by ``_seq``."""
+    """Rows of ``rewards FINAL`` with ``after < _seq <= upto`` matching ``filters``, ordered by ``_seq``.
+
+    Same rows as ``SELECT … FROM rewards FINAL WHERE … ORDER BY _seq``, but the ``FINAL``
+    merge does not carry the wide columns (maps above all): it runs in a subquery over the
+    key, version and filter columns only and yields the ``_seq`` of the surviving rows; the
+    outer read (no FINAL) keeps exactly the rows with those ``_seq`` values. That is exact
+    because a row's ``_seq`` is unique and a merge never changes it. 1.2-1.5x faster than the
+    one-step FINAL read, on merged and on unmerged parts (bench/bench_sink.py). Lazy
+    materialisation (``ORDER BY … LIMIT``) was measured too: faster on many unmerged parts,
+    slower on merged ones (random reads), so it is not used.
+    """
     cond, params = where_clause(filters)
     extra = f" AND {cond}" if cond else ""
+    window = "_seq > {after:UInt64} AND _seq <= {upto:UInt64}"
     sql = (
-        f"SELECT {SELECT_COLUMNS} FROM rewards FINAL "
-        f"WHERE _seq > {{after:UInt64}} AND _seq <= {{upto:UInt64}}{extra} ORDER BY _seq"
+        f"SELECT {SELECT_COLUMNS} FROM rewards "
+        f"WHERE {window} AND _seq IN (SELECT _seq FROM rewards FINAL WHERE {window}{extra}) "
+        "ORDER BY _seq"
     )
     return sql, {**params, "after": after, "upto": upto}
 
