@@ -122,7 +122,11 @@ def end_offsets(consumer: Consumer, topic: str, partitions: int) -> int:
 
 def run_worker(settings: Settings, records: list[Record], workdir: Path, timeout: float,
                profile_to: Path | None = None) -> dict[str, Any]:
-    """Seconds from the first produce until one events.valid record per input record is in Kafka."""
+    """Seconds from the first produce until the worker has committed every raw record.
+
+    Faust commits a batch only after its outputs and state writes are flushed to Kafka, so this
+    is the time until everything produced is processed and its outputs are durable.
+    """
     ensure_topics(settings)
     profiler = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
     worker = WorkerProcess(settings, workdir / "worker.log", argv=[sys.executable, *profiler, "-m", WORKER_MODULE],
@@ -130,16 +134,18 @@ def run_worker(settings: Settings, records: list[Record], workdir: Path, timeout
     worker.start()
     try:
         worker.wait_joined(60)
-        watcher = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-        valid = settings.topic(T.VALID)
+        # never subscribes, so it does not join the worker's group: it only reads its committed offsets
+        watcher = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": worker.group})
+        raw = [TopicPartition(settings.topic(T.RAW), p) for p in range(settings.partitions)]
         start = time.perf_counter()
         produce(settings.kafka_bootstrap, settings.topic(T.RAW), records)
         produced_s = time.perf_counter() - start
-        while (done := end_offsets(watcher, valid, settings.partitions)) < len(records):
+        ends = [watcher.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in raw]
+        while (done := sum(max(tp.offset, 0) for tp in watcher.committed(raw, timeout=10))) < sum(ends):
             if not worker.alive or time.perf_counter() - start > timeout:
-                raise SystemExit(f"worker stopped or timed out at {done}/{len(records)} valid records; "
+                raise SystemExit(f"worker stopped or timed out at {done}/{sum(ends)} committed raw records; "
                                  f"log: {worker.log_path}")
-            time.sleep(0.02)
+            time.sleep(0.05)
         elapsed = time.perf_counter() - start
         watcher.close()
         assert worker.proc is not None
@@ -165,16 +171,19 @@ def _assigned_from_start(settings: Settings, topic: str) -> Consumer:
     return c
 
 
-def count_valid_rows(settings: Settings, n_records: int) -> int:
+def count_valid_rows(settings: Settings) -> int:
     """Untimed check: every events.valid row, counted (each row is an object starting with event_id)."""
     c = _assigned_from_start(settings, settings.topic(T.VALID))
-    rows = records = 0
+    tps = [TopicPartition(settings.topic(T.VALID), p) for p in range(settings.partitions)]
+    ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+    read_to = dict.fromkeys(ends, 0)
+    rows = 0
     deadline = time.monotonic() + 120
-    while records < n_records and time.monotonic() < deadline:
+    while any(read_to[p] < ends[p] for p in ends) and time.monotonic() < deadline:
         for msg in c.consume(5000, 1.0):
             if msg.error() is None:
-                records += 1
                 rows += msg.value().count(b'{"event_id":')
+                read_to[msg.partition()] = msg.offset() + 1
     c.close()
     return rows
 
@@ -205,7 +214,8 @@ def delete_deployment_topics(settings: Settings) -> None:
 
 # ---------------------------------------------------------------------- in-process core
 def core_in_process(settings: Settings, records: list[Record], profile: bool) -> tuple[float, str]:
-    """Seconds for PartitionProcessor over the records (dict store, partition = record index % P)."""
+    """Seconds for PartitionProcessor over the records (dict store, sessions spread over P partitions),
+    in batches of ``worker_batch_records`` per partition as the worker feeds it."""
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
     procs = {p: PartitionProcessor(cfg, specs, DictStore(), settings.topic(T.RAW), p) for p in range(settings.partitions)}
     offsets = dict.fromkeys(procs, 0)
@@ -214,10 +224,16 @@ def core_in_process(settings: Settings, records: list[Record], profile: bool) ->
     start = time.perf_counter()
     if prof:
         prof.enable()
+    pending: dict[int, list[tuple[bytes | None, Any, int]]] = {p: [] for p in procs}
     for key, value, headers in records:
         p = by_session.setdefault(key, len(by_session) % settings.partitions)
-        procs[p].process(value, headers, offsets[p], 0)
+        pending[p].append((value, headers, offsets[p]))
         offsets[p] += 1
+        if len(pending[p]) >= settings.worker_batch_records:
+            procs[p].process_batch(pending[p], 0)
+            pending[p] = []
+    for p, batch in pending.items():
+        procs[p].process_batch(batch, 0)
     if prof:
         prof.disable()
     elapsed = time.perf_counter() - start
@@ -273,7 +289,7 @@ def main() -> None:
             settings = worker_settings(bootstrap, args.partitions, args.max_record_bytes, workdir / "home")
             profile_to = args.worker_profile.resolve() if args.worker_profile and run == args.runs - 1 else None
             w = run_worker(settings, records, workdir, args.timeout, profile_to)
-            n_rows = count_valid_rows(settings, n_records)
+            n_rows = count_valid_rows(settings)
             if n_rows != args.events:
                 raise SystemExit(f"run {run + 1}: {n_rows} events.valid rows, expected {args.events}")
             floor_s = run_floor(settings, args.events)

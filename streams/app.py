@@ -81,6 +81,10 @@ class JoinWorker:
             web_host=settings.web_host,
             web_port=settings.web_port + 1,
             producer_acks=-1,
+            # outputs and state are written in large bursts (a batch at a time): big batches, lz4
+            producer_max_batch_size=1_048_576,
+            producer_linger_ms=5,
+            producer_compression_type="lz4",
             producer_max_request_size=max(settings.max_record_bytes * 2, dead_letter_record_limit(settings) + 65_536),
             consumer_auto_offset_reset="earliest",
             stream_wait_empty=False,
@@ -146,7 +150,9 @@ class JoinWorker:
             return
         try:
             self.store.partition = partition
-            out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms())
+            committed = getattr(self.app.consumer, "_committed_offset", {}).get(msgs[0].tp)
+            out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
+            await self.store.flush()
             await self._emit(out, partition)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
             log.exception("processing or sending the outputs of %s[%d]@%d..%d failed; exiting without commit",

@@ -3,15 +3,17 @@
 Values are stored as orjson bytes (``value_serializer='raw'``), so the table's
 changelog carries exactly what the core asked to keep.
 
-Contract: writes go to the local table and to changelog partition
-:attr:`TableStore.partition` (the shell sets it to the source partition of
-the records being processed), in call order, through Faust's buffered
-producer, which Faust flushes before it commits source offsets. Writing with
-an explicit partition, instead of through ``table[key] = …``, lets the agent
-write outside Faust's per-event context (it processes batches of events).
+Contract: :meth:`TableStore.put` and :meth:`TableStore.delete` change the local
+table at once and queue the changelog record for partition
+:attr:`TableStore.partition` (the shell sets it to the source partition of the
+records being processed); :meth:`TableStore.flush` sends the queue in call
+order and must be awaited before the batch is acked. Sends go straight to the
+producer (awaited), not through Faust's synchronous ``table[key] = …`` path,
+whose buffer throttles the consumer to one record per 0.1 s once more than 100
+writes wait. Faust flushes the producer before it commits source offsets, so
+a committed offset implies the state writes of its batch are in the changelog.
 :meth:`TableStore.put` raises ``ValueError`` for a value larger than
-``max_bytes``: the changelog send would fail later, asynchronously, and Faust
-only logs that, so the write would be lost silently.
+``max_bytes``: the changelog send would fail later, and the write would be lost.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ class TableStore:
         self.table = table
         self.max_bytes = max_bytes
         self.partition: int | None = None
+        self._queue: list[tuple[int, str, bytes | None]] = []
 
     def get(self, key: str) -> Any | None:
-        raw = self.table.get(key)
+        raw = self.table.data.get(key)
         return None if raw is None else orjson.loads(raw)
 
     def put(self, key: str, value: Any) -> None:
@@ -41,13 +44,20 @@ class TableStore:
         if self.max_bytes is not None and len(data) > self.max_bytes:
             raise ValueError(f"state value of {key!r} is {len(data):,} bytes, over the changelog's "
                              f"{self.max_bytes:,}-byte record limit")
-        self.table.send_changelog(self._partition(), key, data)
+        self._queue.append((self._partition(), key, data))
         self.table.data[key] = data
 
     def delete(self, key: str) -> None:
         if key in self.table.data:
-            self.table.send_changelog(self._partition(), key, None, value_serializer="raw")
+            self._queue.append((self._partition(), key, None))
             del self.table.data[key]
+
+    async def flush(self) -> None:
+        """Send the queued changelog records, in order (blocks while the producer is full)."""
+        queue, self._queue = self._queue, []
+        topic, ks = self.table.changelog_topic, self.table.key_serializer
+        for partition, key, value in queue:
+            await topic.send(key=key, value=value, partition=partition, key_serializer=ks, value_serializer="raw")
 
     def _partition(self) -> int:
         if self.partition is None:

@@ -9,8 +9,10 @@ Delivery contract (at-least-once with deterministic ids):
 
 * State writes of a batch of records (:meth:`process_batch`; :meth:`process`
   is a batch of one) reach the store at its end, in this order: settled
-  sessions, touched sessions, then the partition meta key ``m:<p>`` last,
-  which also records the last processed offset. With a changelog that
+  sessions, touched sessions, the window closes of the batch (keys
+  ``r:<p>:<offset>:<chunk>``, deleted once the source commit passes them),
+  then the partition meta key ``m:<p>`` last, which also records the last
+  processed offset. With a changelog that
   preserves order, a restart therefore sees the state after some batch X
   (plus a prefix of batch X+1's writes). Decisions are taken per record, so
   outputs do not depend on how records are grouped into batches.
@@ -46,6 +48,8 @@ from rewardflow.rewards.score import score
 from rewardflow.rewards.spec import RewardSpec
 
 TICK = "tick"
+_KEEP_CLOSES = 64
+_CLOSE_CHUNK = 200  # window aggregates per stored close key (~200 KB), far under a changelog record
 _NEVER = 2**62
 
 
@@ -66,7 +70,9 @@ class PartitionProcessor:
         self._heap: list[tuple[int, str]] = []
         self._wake: dict[str, int] = {}
         self._open_served: dict[str, int] = {}
-        self._recent: list[list[Any]] = []
+        self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
+        self._new_closes: list[tuple[int, list[WindowAggregate]]] = []
+        self._close_prefix = f"r:{partition}:"
         self._meta_key = f"m:{partition}"
         self.last_offset = -1
 
@@ -75,13 +81,19 @@ class PartitionProcessor:
         """Process one raw record. Never raises for bad input: it becomes a dead letter."""
         return self.process_batch([(value, headers, offset)], now_ms)
 
-    def process_batch(self, records: list[tuple[bytes | None, Any, int]], now_ms: int) -> Outputs:
+    def process_batch(self, records: list[tuple[bytes | None, Any, int]], now_ms: int,
+                      committed: int | None = None) -> Outputs:
         """Process consecutive records of this partition, in order; write the state once, at the end.
 
         Every decision (late, settled, window closed) is taken per record exactly as
         :meth:`process` would, so outputs do not depend on how records are grouped into
         batches; only the store writes are deferred to the end of the batch (each touched
         session once, then the meta key). Never raises for bad input.
+
+        ``committed`` is the source partition's committed offset, when the caller knows it:
+        window closes decided below it can never be replayed, so their stored copies (kept
+        for re-emission after a crash) are deleted. Unknown, the closes of the last
+        ``_KEEP_CLOSES`` distinct offsets are kept.
         """
         out = Outputs()
         if not records:
@@ -93,7 +105,7 @@ class PartitionProcessor:
             self._step(value, headers, offset, now_ms, cache, out)
             if offset > self.last_offset:
                 self.last_offset = offset
-        self._write(cache)
+        self._write(cache, committed)
         return out
 
     def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
@@ -274,18 +286,33 @@ class PartitionProcessor:
         closed = self.book.close(limit)
         if closed:
             out.windows.extend(closed)
-            self._recent = (self._recent + [[offset, closed]])[-16:]
+            self._new_closes.append((offset, closed))
 
     # ------------------------------------------------------------------ persistence
-    def _write(self, cache: dict[str, SessionState]) -> None:
+    def _write(self, cache: dict[str, SessionState], committed: int | None) -> None:
         for sid, st in cache.items():
             if st.is_empty():
                 self.store.delete("s:" + sid)
             else:
                 self.store.put("s:" + sid, st.to_obj())
+        # Each window close is kept under its own keys until the source commit passes it, so a
+        # restart can re-emit the closes whose delivery is uncertain; the meta key stays small.
+        for offset, closed in self._new_closes:
+            for i in range(0, len(closed), _CLOSE_CHUNK):
+                key = f"{self._close_prefix}{offset}:{i // _CLOSE_CHUNK}"
+                self.store.put(key, closed[i:i + _CLOSE_CHUNK])
+                self._closes[key] = offset
+        self._new_closes = []
+        if committed is None and self._closes:  # unknown commit: keep the closes of the last offsets
+            offsets = sorted(set(self._closes.values()))
+            committed = offsets[-_KEEP_CLOSES] if len(offsets) > _KEEP_CLOSES else None
+        if committed is not None:
+            for key in [k for k, off in self._closes.items() if off < committed]:
+                self.store.delete(key)
+                del self._closes[key]
         self.store.put(self._meta_key, {
             "wm": self.wm, "maxts": self.maxts, "ct": {str(k): v for k, v in self.book.closed_through.items()},
-            "recent": self._recent, "off": self.last_offset,
+            "off": self.last_offset,
         })
 
     def rebuild(self, first_offset: int, out: Outputs) -> None:
@@ -295,10 +322,16 @@ class PartitionProcessor:
         self.maxts = meta.get("maxts", -_NEVER)
         self.book = WindowBook(list(self.cfg.window_sizes_s), self.partition,
                                {int(k): v for k, v in meta.get("ct", {}).items()})
-        self._recent = meta.get("recent", [])
+        self._closes, self._new_closes = {}, []
+        recent: list[tuple[int, list[Any]]] = []
         self.last_offset = int(meta.get("off", -1))
         self._heap, self._wake, self._open_served = [], {}, {}
         for key, obj in self.store.items():
+            if key.startswith(self._close_prefix):
+                off = int(key.split(":")[2])
+                self._closes[key] = off
+                recent.append((off, obj))
+                continue
             if not key.startswith("s:") or obj[1] != self.partition:
                 continue
             st = SessionState.from_obj(obj)
@@ -315,7 +348,7 @@ class PartitionProcessor:
                 elif tomb.orphan is not None and tomb.offset >= first_offset:
                     out.excluded.append(tomb.orphan)  # type: ignore[arg-type]
             self._schedule(st)
-        for off, wins in self._recent:
+        for off, wins in sorted(recent, key=lambda r: r[0]):
             if off >= first_offset:
                 out.windows.extend(_window_from_obj(w) for w in wins)
         self.ready = True
