@@ -144,6 +144,8 @@ class JoinWorker:
 
     async def _process(self, partition: int, msgs: list[Any]) -> None:
         """Process one partition's share of a batch; Faust acks the batch after this returns."""
+        if not self._current(msgs):
+            return
         proc = self._processor(partition)
         msgs = await self._gaps.admit(proc, partition, msgs)
         if not msgs:
@@ -158,8 +160,25 @@ class JoinWorker:
             log.exception("processing or sending the outputs of %s[%d]@%d..%d failed; exiting without commit",
                           msgs[0].topic, partition, msgs[0].offset, msgs[-1].offset)
             os._exit(70)
+        if not self._current(msgs):  # a rebalance happened meanwhile: its recovery may miss these writes
+            return
         ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
         self.metrics.observe(out, records=len(msgs), ticks=ticks)
+
+    def _current(self, msgs: list[Any]) -> bool:
+        """Whether these messages may be processed now: fetched under the current consumer generation,
+        with the flow on. Faust checks this when it delivers a message to a stream; a batch gathered
+        before a rebalance reaches the agent after it, while the table may be recovering. Stale ones
+        are dropped unacked (Faust seeks back to the committed offset after a rebalance)."""
+        gen, active = self.app.consumer_generation_id, self.app.flow_control.is_active()
+        if active and all(m.generation_id == gen for m in msgs):
+            return True
+        for m in msgs:
+            m.acked = True  # never acked: Faust cannot commit them
+        log.info("%d records of %s[%d] belong to a consumer generation before a rebalance: not acked, "
+                 "they are read again",
+                 len(msgs), msgs[0].topic, msgs[0].partition)
+        return False
 
     async def _emit(self, out: Outputs, partition: int) -> None:
         """Send the batch's rows, each topic's split into records of at most the output limit.

@@ -658,8 +658,9 @@ def test_restart_after_a_batch_reproduces_the_uninterrupted_outputs(seed: int, d
     assert again.expected_offset() is not None and again.expected_offset() >= c  # type: ignore[operator]
     regrouped = [range(b[0] + c, b[-1] + c + 1) for b in _batches(random.Random(seed + 1), len(records) - c)]
     tail = _run_batches(again, records[c:], regrouped, base=c)
-    for kind in ("rewards", "windows", "valid", "dead"):
-        key = {"valid": "event_id", "rewards": "reward_id", "windows": "window_id", "dead": "dead_letter_id"}[kind]
+    for kind in KINDS:
+        key = {"valid": "event_id", "rewards": "reward_id", "windows": "window_id", "dead": "dead_letter_id",
+               "late": "exclusion_id", "excluded": "exclusion_id"}[kind]
         want = {r[key]: r for o in outs for r in getattr(o, kind) if not r.get("provisional")}
         before = [r for b, o in zip(batches, outs) if b[-1] < c for r in getattr(o, kind)]
         got = {r[key]: r for r in before + [r for o in tail for r in getattr(o, kind)]
@@ -697,3 +698,17 @@ def test_stored_window_closes_are_deleted_once_the_commit_passes_them() -> None:
 
 def tick_record_of(wm: int) -> tuple[bytes, Any]:
     return orjson.dumps({"wm": wm}), TICK_H
+
+
+def test_a_replay_after_a_watermark_jump_redelivers_rather_than_judging_late() -> None:
+    """Crash after a batch ending in a far-future tick (all seen ids past the dedup horizon), before the
+    commit: replaying the batch must recognise its events as redeliveries, not late events."""
+    records = [(*json_record(*turn(f"r{i}", session_id="s1", ts=T0 + i * 1000, horizons=HZ)), i) for i in range(3)]
+    records.append((*tick_record_of(2**53), 3))
+    store = DictStore()
+    first = PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0)
+    again = PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0)
+    assert again.late == [] and again.excluded == []
+    assert {r["event_id"] for r in again.valid} == {r["event_id"] for r in first.valid}
+    finals = lambda o: {r["reward_id"] for r in o.rewards if not r["provisional"]}  # noqa: E731
+    assert finals(again) == finals(first) and len(finals(first)) == 3 * len(SPECS)

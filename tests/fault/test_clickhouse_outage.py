@@ -55,7 +55,7 @@ def test_clickhouse_down_for_seconds_mid_stream_loses_and_duplicates_nothing(
     d = deployment()
     workload = build_workload(d.settings, SEED)
     stop_merges(ch_db.client)
-    outage = Outage(after=25, seconds=OUTAGE_S)
+    outage = Outage(after=6, seconds=OUTAGE_S)  # the worker emits few large records: a few inserts in
     settings = d.sink_settings(ch_db.dsn.secret)
     sink = SinkThread(settings, fault=outage)
     stack.callback(sink.stop)
@@ -65,7 +65,8 @@ def test_clickhouse_down_for_seconds_mid_stream_loses_and_duplicates_nothing(
     sending = threading.Thread(target=sender.send, args=(workload.items,), name="fault-sender")
     sending.start()
     stack.callback(sending.join, 180)
-    assert outage.began.wait(120), "the sink never reached its 25th insert"
+    assert outage.began.wait(120), "the sink never reached its 7th insert"
+    mid_stream = sending.is_alive()
     time.sleep(0.5)
     during = committed(settings, sink_group(settings))
     assert sink.sink.metrics.snapshot()["unavailable"] is True
@@ -87,5 +88,7 @@ def test_clickhouse_down_for_seconds_mid_stream_loses_and_duplicates_nothing(
     summary = check(collect(ch_db.client), workload, sender)
     assert summary["stored_duplicates"] == {}, "a retried batch was stored twice"
     record_property("fault_summary", {**workload.summary, **summary, "refused_inserts": outage.refused,
-                                      "retries": metrics["retries"], "drained_s": round(drained_s, 1)})
-    print("outage: refused", outage.refused, "inserts, retries", metrics["retries"], "result", summary)
+                                      "retries": metrics["retries"], "drained_s": round(drained_s, 1),
+                                      "outage_while_sending": mid_stream})
+    print("outage: refused", outage.refused, "inserts, retries", metrics["retries"], "while sending", mid_stream,
+          "result", summary)

@@ -157,8 +157,6 @@ def _diagnose(d: Any, turns: dict[str, list[dict[str, Any]]]) -> str:
             f"raw topic sizes {({p: len(v) for p, v in raw.items()})}, tails {tails}")
 
 
-@pytest.mark.xfail(strict=True, reason="core: a late/duplicate row re-emitted after a restart carries the restored "
-                   "(later) partition watermark, so two rows share an id but differ; see the stream tests' report")
 def test_a_late_row_reread_after_a_restart_equals_the_first() -> None:
     """Pure core, no broker: the state was stored after record 3, the commit was at record 2."""
     cfg = JoinConfig(horizons_s=(30, 120), grace_ms=1000, lateness_ms=500, window_sizes_s=(60,))

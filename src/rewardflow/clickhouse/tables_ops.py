@@ -50,7 +50,9 @@ EXCLUSION_COLUMNS: tuple[Column, ...] = (
     C("event_type", LC, "Its type."),
     C("checkpoint_id", LC, "Checkpoint, '' when unknown (orphans)."),
     C("ts", "Int64", "Event time, epoch ms."),
-    C("watermark", "Int64", "Partition watermark when excluded, epoch ms."),
+    C("watermark", "Int64", "Epoch ms. Late event of a finalised turn: the watermark that finalised the turn. "
+                            "Otherwise the partition watermark when excluded (a replay after a crash may "
+                            "report a later one)."),
     C("source_partition", "UInt32", "Partition of the stream that excluded it."),
     C("payload", S, "The event as JSON."),
     ms_alias("ts", "ts_at"),

@@ -175,7 +175,9 @@ class PartitionProcessor:
             return
         rid = ev.request_id
         if rid in st.done:
-            out.late.append(exclusion("late", ev, raw, _ckpt(st.done[rid]), self.wm, self.partition, offset, idx))
+            # the watermark that finalised the turn: a replay after a crash gives the same row
+            out.late.append(exclusion("late", ev, raw, _ckpt(st.done[rid]), st.done[rid].wm, self.partition,
+                                      offset, idx))
             return
         turn = st.turns.get(rid)
         # too old to start a turn; a served event that old is late even for an open turn, because
@@ -236,11 +238,11 @@ class PartitionProcessor:
                     out.rewards.extend(recs)
                     for r in recs:
                         self.book.add(r)
-                    st.done[rid] = Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None)
+                    st.done[rid] = Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts)
                 else:
                     orphan = _orphan(turn, wm, self.partition)
                     out.excluded.append(orphan)  # type: ignore[arg-type]
-                    st.done[rid] = Tombstone(wm, offset, -1, None, orphan)
+                    st.done[rid] = Tombstone(wm, offset, -1, None, orphan, turn.first_ts)
                 del st.turns[rid]
                 self._open_served.pop(rid, None)
             elif cfg.provisional and turn.served is not None:

@@ -32,13 +32,14 @@ class Tombstone:
     served_ts: int  # -1 for orphans
     outcome: dict[str, Any] | None  # outcome_to_obj(...) for served turns
     orphan: dict[str, Any] | None  # Exclusion row for orphans
+    first_ts: int | None = None  # event time of the turn's oldest event (None in state written before it)
 
     def to_obj(self) -> list[Any]:
-        return [self.wm, self.offset, self.served_ts, self.outcome, self.orphan]
+        return [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> Tombstone:
-        return cls(o[0], o[1], o[2], o[3], o[4])
+        return cls(o[0], o[1], o[2], o[3], o[4], o[5] if len(o) > 5 else None)
 
 
 @dataclass(slots=True)
@@ -71,22 +72,28 @@ class SessionState:
         """Drop seen ids and tombstones that can no longer matter.
 
         A seen id goes once older than ``dedup_ms``, but not while a turn of
-        the session that could hold its event is open. A tombstone goes once
+        the session that could hold its event is open or still has its
+        tombstone: a record replayed after a crash must be recognised as a
+        redelivery even when the watermark jumped past the dedup horizon
+        meanwhile (otherwise its events would be re-judged late). A tombstone goes once
         it is older than ``keep_done_ms`` *and* every window containing its
         turn is closed (``served_ts < closed_through``).
         """
-        if self.seen:
-            limit = wm - dedup_ms
-            if self.turns:  # an open turn's events must stay known, or a resend would count twice
-                limit = min(limit, min(t.first_ts for t in self.turns.values()))
-            if self.seen_floor() < limit:
-                self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
-                self._seen_min = None
         if self.done:
             limit = wm - keep_done_ms
             self.done = {
                 k: t for k, t in self.done.items() if t.wm >= limit or t.served_ts >= closed_through
             }
+        if self.seen:
+            limit = wm - dedup_ms
+            if self.turns:  # an open turn's events must stay known, or a resend would count twice
+                limit = min(limit, min(t.first_ts for t in self.turns.values()))
+            kept = [t.first_ts for t in self.done.values() if t.first_ts is not None]
+            if kept:  # ...and so must a finalised turn's, while its tombstone is kept
+                limit = min(limit, min(kept))
+            if self.seen_floor() < limit:
+                self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
+                self._seen_min = None
 
     def next_wake(self, deadlines: list[int], dedup_ms: int, keep_done_ms: int, step_ms: int) -> int | None:
         """Earliest event time at which this session needs attention, or None."""
