@@ -633,7 +633,9 @@ def test_batched_processing_gives_the_outputs_of_record_by_record_processing(see
     # dead letters carry the wall clock of their batch; everything else about them is equal
     strip = lambda rows: [{k: v for k, v in r.items() if k != "dead_lettered_at"} for r in rows]  # noqa: E731
     assert strip([r for o in batched for r in o.dead]) == strip([r for o in singles for r in o.dead])
-    assert one.store.data == proc.store.data  # type: ignore[attr-defined]
+    def no_marks(data: dict[str, Any]) -> dict[str, Any]:  # batch-start watermarks differ by construction
+        return {k: ({**v, "marks": None} if k.startswith("m:") else v) for k, v in data.items()}
+    assert no_marks(one.store.data) == no_marks(proc.store.data)  # type: ignore[attr-defined]
 
 
 @settings(max_examples=20, deadline=None)
@@ -712,3 +714,20 @@ def test_a_replay_after_a_watermark_jump_redelivers_rather_than_judging_late() -
     assert {r["event_id"] for r in again.valid} == {r["event_id"] for r in first.valid}
     finals = lambda o: {r["reward_id"] for r in o.rewards if not r["provisional"]}  # noqa: E731
     assert finals(again) == finals(first) and len(finals(first)) == 3 * len(SPECS)
+
+
+@pytest.mark.parametrize("committed", [0, None])
+def test_state_is_pruned_at_the_committed_watermark_so_a_replay_finds_it(committed: int | None) -> None:
+    """A turn finalised by the watermark, then a far-future tick that closes every window: with the commit
+    still at 0, pruning must not forget the turn, or replaying its events after a crash judges them late.
+    Without a known commit (None), pruning follows the current watermark and the replay does go wrong."""
+    records = [(*json_record(*turn("r0", session_id="s1", ts=T0, horizons=HZ)), 0),
+               (*json_record(ev("FollowUp", "x", "s2", ts=T0 + 10 * SETTLE)), 1),
+               (*tick_record_of(2**53), 2)]
+    store = DictStore()
+    PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0, committed=committed)
+    again = PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0, committed=committed)
+    if committed is None:
+        assert again.late, "the scenario no longer reproduces the problem: the test proves nothing"
+    else:
+        assert again.late == [] and len(again.valid) == len(turn("r0", horizons=HZ)) + 1

@@ -66,6 +66,8 @@ def collect(client: Client) -> dict[str, Any]:
         "event_ids": [r[0] for r in client.query("SELECT event_id FROM events FINAL").result_rows],
         "exclusions": Counter(r[0] for r in client.query("SELECT reason FROM exclusions FINAL").result_rows),
         "sink_batches": int(client.command("SELECT count() FROM sink_batches")),
+        "late_rows": client.query("SELECT request_id, event_type, event_id, ts, watermark, source_partition, "
+                                  "checkpoint_id FROM late_events FINAL LIMIT 20").result_rows,
     }
 
 
@@ -80,7 +82,8 @@ def check(results: dict[str, Any], workload: Workload, sender: Sender) -> dict[s
     excl = dict(results["exclusions"])
     assert excl.get("duplicate", 0) == workload.occurrences - len(workload.valid_ids), excl
     assert excl.get("orphan", 0) == workload.orphans, excl
-    assert results["counts"]["late_events"][1] == 0 and set(excl) <= {"duplicate", "orphan"}, excl
+    assert results["counts"]["late_events"][1] == 0 and set(excl) <= {"duplicate", "orphan"}, \
+        (excl, results["counts"]["late_events"], results["late_rows"])
     counts = results["counts"]
     return {"final_rewards": len(results["final_rewards"]), "windows": len(results["windows"]),
             "dead_letters": len(results["dead_letters"]), "events": len(ids), "exclusions": excl,

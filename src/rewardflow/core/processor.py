@@ -75,6 +75,8 @@ class PartitionProcessor:
         self._close_prefix = f"r:{partition}:"
         self._meta_key = f"m:{partition}"
         self.last_offset = -1
+        self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
+        self._prune_wm: int | None = None
 
     # ------------------------------------------------------------------ record path
     def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int) -> Outputs:
@@ -100,6 +102,7 @@ class PartitionProcessor:
             return out
         if not self.ready:
             self.rebuild(records[0][2], out)
+        self._mark(records[0][2], committed)
         cache: dict[str, SessionState] = {}
         for value, headers, offset in records:
             self._step(value, headers, offset, now_ms, cache, out)
@@ -107,6 +110,22 @@ class PartitionProcessor:
                 self.last_offset = offset
         self._write(cache, committed)
         return out
+
+    def _mark(self, first_offset: int, committed: int | None) -> None:
+        """Remember the watermark at the start of this batch; derive the watermark state may be pruned at.
+
+        Pruning (seen ids, tombstones, empty sessions) uses the watermark as of the committed offset,
+        not the current one: a replay after a crash starts at that offset, and must find the state its
+        records were processed against (a far-future tick would otherwise make it forget them).
+        """
+        self._marks.append([first_offset, self.wm])
+        if committed is None:
+            self._marks = self._marks[-_KEEP_CLOSES:]
+            self._prune_wm = None
+            return
+        at = [i for i, (off, _) in enumerate(self._marks) if off <= committed]
+        self._marks = self._marks[at[-1]:] if at else self._marks
+        self._prune_wm = self._marks[0][1]
 
     def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
@@ -251,7 +270,8 @@ class PartitionProcessor:
                     turn.provisional_h = reached[-1]
                     o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
                     out.rewards.extend(score(o, s, h) for s, h in self._scored)
-        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through())
+        pwm = wm if self._prune_wm is None else min(wm, self._prune_wm)
+        st.prune(pwm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through())
 
     def _deadlines(self, st: SessionState) -> list[int]:
         cfg, out = self.cfg, []
@@ -314,7 +334,7 @@ class PartitionProcessor:
                 del self._closes[key]
         self.store.put(self._meta_key, {
             "wm": self.wm, "maxts": self.maxts, "ct": {str(k): v for k, v in self.book.closed_through.items()},
-            "off": self.last_offset,
+            "off": self.last_offset, "marks": self._marks,
         })
 
     def rebuild(self, first_offset: int, out: Outputs) -> None:
@@ -322,6 +342,7 @@ class PartitionProcessor:
         meta = self.store.get(self._meta_key) or {}
         self.wm = meta.get("wm", -_NEVER)
         self.maxts = meta.get("maxts", -_NEVER)
+        self._marks, self._prune_wm = meta.get("marks", []), None
         self.book = WindowBook(list(self.cfg.window_sizes_s), self.partition,
                                {int(k): v for k, v in meta.get("ct", {}).items()})
         self._closes, self._new_closes = {}, []
