@@ -106,7 +106,8 @@ class JoinWorker:
                                     key_type=str, value_type=bytes,
                                     extra_topic_configs={"max.message.bytes": str(changelog_max)})
         self.store = TableStore(self.table, max_bytes=changelog_max - 4096)
-        self._gaps = GapGuard(self.app, self.metrics)
+        self._gaps = GapGuard(self.app, self.metrics, self._broker_committed)
+        self._admin: Any = None
         self._assigned_at = 0
         self._woken: set[int] = set()
         # "p:offset,p:offset": records whose first delivery is lost (tests of the gap guard only)
@@ -153,7 +154,15 @@ class JoinWorker:
         try:
             self.store.partition = partition
             committed = getattr(self.app.consumer, "_committed_offset", {}).get(msgs[0].tp)
+            if committed is None:  # not known to Faust yet: no replay can start before what it delivered
+                committed = self._gaps.first_delivered(partition)
+            was_ready = proc.ready
             out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
+            if os.environ.get("RF_DEBUG_BATCHES"):
+                log.warning("DEBUGB p=%d offs=%d..%d n=%d committed=%s ready=%s wm=%s pwm=%s late=%d valid=%d "
+                            "sessions=%d", partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed,
+                            was_ready, proc.wm, proc._prune_wm, len(out.late), len(out.valid),
+                            sum(1 for k in self.table.data.keys() if str(k).startswith("s:")))
             await self.store.flush()
             await self._emit(out, partition)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
@@ -164,6 +173,22 @@ class JoinWorker:
             return
         ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
         self.metrics.observe(out, records=len(msgs), ticks=ticks)
+
+    def _broker_committed(self, tp: Any) -> int | None:
+        """The worker group's committed offset of ``tp`` (blocking admin call; None when none)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(self.settings.kafka_client_config())
+        req = ConsumerGroupTopicPartitions(self.app.conf.id, [TopicPartition(tp.topic, tp.partition)])
+        try:
+            res = self._admin.list_consumer_group_offsets([req])[self.app.conf.id].result(timeout=10)
+        except Exception:  # noqa: BLE001 - unknown: start from the log start, which only widens the check
+            log.warning("cannot read the committed offset of %s; assuming the log start", tp, exc_info=True)
+            return None
+        offset = res.topic_partitions[0].offset
+        return offset if offset >= 0 else None
 
     def _current(self, msgs: list[Any]) -> bool:
         """Whether these messages may be processed now: fetched under the current consumer generation,
@@ -207,6 +232,7 @@ class JoinWorker:
     async def _on_assigned(self, app: Any, assigned: Any, **_: Any) -> None:
         """Any rebalance invalidates derived state: rebuild on each partition's next record."""
         self.processors.clear()
+        self._gaps.reset()
         self._assigned_at = _now_ms()
         self._woken.clear()
 

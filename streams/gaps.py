@@ -8,10 +8,11 @@ missing offset). Seen in our kill -9 tests about 1 run in 3 under load.
 
 Contract: :meth:`GapGuard.admit` is called with one partition's messages of a
 batch, in offset order, before they are processed. The raw topic's offsets are
-contiguous (no transactions, no compaction), so a message above the partition's
-expected offset (the processor's last processed offset + 1, kept in its meta
-key across restarts; for a partition never processed, the committed offset or
-else the log start) means records were never delivered. Then ``admit``:
+contiguous (no transactions, no compaction), so a message above the next offset
+Faust should deliver (after an assignment, the group's committed offset; then
+one past the highest delivered) means records were never delivered. Such a
+hole also stalls Faust's commits for good (its acked offsets never become
+contiguous), so every restart would replay from there. Then ``admit``:
 
 * returns only the messages before the hole (they are processed and acked);
 * marks the others as acked *for Faust only* (``message.acked``), so Faust never
@@ -29,8 +30,10 @@ committing, rather than skip anything silently.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from rewardflow.core.processor import PartitionProcessor
@@ -43,24 +46,46 @@ _END = 2**63 - 1
 class GapGuard:
     """Detects holes in one worker's raw partitions and has Faust read them again."""
 
-    def __init__(self, app: Any, metrics: WorkerMetrics, max_attempts: int = 200) -> None:
+    def __init__(self, app: Any, metrics: WorkerMetrics, committed_of: Callable[[Any], int | None],
+                 max_attempts: int = 200) -> None:
         self.app, self.metrics, self.max_attempts = app, metrics, max_attempts
+        self._committed_of = committed_of  # the group's committed offset of a partition, from the broker
         self._attempts: dict[int, int] = {}
+        self._next: dict[int, int] = {}  # next offset Faust should deliver, per partition
+        self._first: dict[int, int] = {}  # first offset delivered since the assignment
+
+    def reset(self) -> None:
+        """After a rebalance Faust delivers each partition from its committed offset again."""
+        self._next.clear()
+        self._first.clear()
+
+    def first_delivered(self, partition: int) -> int | None:
+        """The first offset processed since the assignment: no replay can start before it."""
+        return self._first.get(partition)
 
     async def admit(self, proc: PartitionProcessor, partition: int, msgs: list[Any]) -> list[Any]:
         """The messages to process now: all of them, or those before the first hole."""
         if not msgs:
             return msgs
-        expected = proc.expected_offset()
-        if expected is None:  # nothing processed yet: the partition starts at the commit or the log start
-            expected = await self._start_offset(msgs[0].tp)
-        self._drop_faust_gaps(msgs[0].tp, expected)
+        nxt = self._next.get(partition)
+        if nxt is None:
+            nxt = await self._start_offset(msgs[0].tp, proc)
+        self._drop_faust_gaps(msgs[0].tp, nxt)
         for i, m in enumerate(msgs):
-            if m.offset > expected:
-                return await self._hole(partition, expected, msgs, i)
-            expected = max(expected, m.offset + 1)
+            if m.offset > nxt:
+                kept = await self._hole(partition, nxt, msgs, i)
+                self._delivered(partition, kept, nxt)
+                return kept
+            nxt = max(nxt, m.offset + 1)
+        self._delivered(partition, msgs, nxt)
         self._attempts.pop(partition, None)
         return msgs
+
+    def _delivered(self, partition: int, msgs: list[Any], nxt: int) -> None:
+        if msgs:
+            self._first.setdefault(partition, msgs[0].offset)
+            nxt = max(nxt, max(m.offset for m in msgs) + 1)
+        self._next[partition] = nxt
 
     async def _hole(self, partition: int, expected: int, msgs: list[Any], i: int) -> list[Any]:
         tp, got = msgs[i].tp, msgs[i].offset
@@ -88,8 +113,12 @@ class GapGuard:
         self._drop_faust_gaps(tp, expected)
         return msgs[:i]
 
-    async def _start_offset(self, tp: Any) -> int:
+    async def _start_offset(self, tp: Any, proc: PartitionProcessor) -> int:
+        """Where Faust resumes a partition after an assignment: the group's committed offset, else
+        the log start (a partition never committed is read from the beginning)."""
         committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp)
+        if committed is None:
+            committed = await asyncio.to_thread(self._committed_of, tp)
         earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
         return max(earliest, committed or 0)
 

@@ -721,9 +721,10 @@ def test_state_is_pruned_at_the_committed_watermark_so_a_replay_finds_it(committ
     """A turn finalised by the watermark, then a far-future tick that closes every window: with the commit
     still at 0, pruning must not forget the turn, or replaying its events after a crash judges them late.
     Without a known commit (None), pruning follows the current watermark and the replay does go wrong."""
-    records = [(*json_record(*turn("r0", session_id="s1", ts=T0, horizons=HZ)), 0),
-               (*json_record(ev("FollowUp", "x", "s2", ts=T0 + 10 * SETTLE)), 1),
-               (*tick_record_of(2**53), 2)]
+    evs = turn("r0", session_id="s1", ts=T0, horizons=HZ)
+    records = [(*json_record(*evs[:3]), 0), (*json_record(*evs[3:]), 1),  # one session, two records
+               (*json_record(ev("FollowUp", "x", "s2", ts=T0 + 10 * SETTLE)), 2),
+               (*tick_record_of(2**53), 3)]
     store = DictStore()
     PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0, committed=committed)
     again = PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0, committed=committed)

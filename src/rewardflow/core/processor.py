@@ -118,14 +118,15 @@ class PartitionProcessor:
         not the current one: a replay after a crash starts at that offset, and must find the state its
         records were processed against (a far-future tick would otherwise make it forget them).
         """
-        self._marks.append([first_offset, self.wm])
+        if not self._marks or first_offset > self._marks[-1][0]:  # a replayed batch adds no mark
+            self._marks.append([first_offset, self.wm])
         if committed is None:
             self._marks = self._marks[-_KEEP_CLOSES:]
             self._prune_wm = None
             return
         at = [i for i, (off, _) in enumerate(self._marks) if off <= committed]
         self._marks = self._marks[at[-1]:] if at else self._marks
-        self._prune_wm = self._marks[0][1]
+        self._prune_wm = min(wm for _, wm in self._marks)
 
     def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
