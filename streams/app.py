@@ -158,11 +158,10 @@ class JoinWorker:
                 committed = self._gaps.first_delivered(partition)
             was_ready = proc.ready
             out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
-            if os.environ.get("RF_DEBUG_BATCHES"):
-                log.warning("DEBUGB p=%d offs=%d..%d n=%d committed=%s ready=%s wm=%s pwm=%s late=%d valid=%d "
-                            "sessions=%d", partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed,
-                            was_ready, proc.wm, proc._prune_wm, len(out.late), len(out.valid),
-                            sum(1 for k in self.table.data.keys() if str(k).startswith("s:")))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
+                          partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed, not was_ready, proc.wm,
+                          proc._prune_wm, len(out.late), len(out.valid))
             await self.store.flush()
             await self._emit(out, partition)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
