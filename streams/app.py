@@ -18,6 +18,9 @@ Output rows are split into records of at most ``max_record_bytes`` (at most
 1 MB); dead letters may reach the dead-letter topic's larger limit, so a
 record just over the input limit is dead-lettered whole.
 
+Diagnosis: ``RF_DEBUG_BATCHES=1`` logs one line per processed batch (offsets, committed offset,
+watermarks, late/valid counts) at WARNING; at DEBUG level the same lines are logged anyway.
+
 Idle partitions: a timer sends a *tick* record (header ``rf-format: tick``) to
 each idle partition of the raw topic, carrying a watermark that follows the
 wall clock. Ticks are ordinary records, so replays see the same watermarks.
@@ -53,6 +56,7 @@ _TICK_HEADERS = {"rf-format": b"tick"}
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
 _MAX_OUTPUT_RECORD = 1_000_000
+_DEBUG_BATCHES = bool(os.environ.get("RF_DEBUG_BATCHES"))  # per-batch log lines at WARNING (diagnosis)
 
 
 def _now_ms() -> int:
@@ -158,8 +162,8 @@ class JoinWorker:
                 committed = self._gaps.first_delivered(partition)
             was_ready = proc.ready
             out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
+            if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
+                log.log(logging.WARNING if _DEBUG_BATCHES else logging.DEBUG, "batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
                           partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed, not was_ready, proc.wm,
                           proc._prune_wm, len(out.late), len(out.valid))
             await self.store.flush()

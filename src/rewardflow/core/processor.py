@@ -114,9 +114,11 @@ class PartitionProcessor:
     def _mark(self, first_offset: int, committed: int | None) -> None:
         """Remember the watermark at the start of this batch; derive the watermark state may be pruned at.
 
-        Pruning (seen ids, tombstones, empty sessions) uses the watermark as of the committed offset,
-        not the current one: a replay after a crash starts at that offset, and must find the state its
-        records were processed against (a far-future tick would otherwise make it forget them).
+        Seen ids are pruned at the watermark as of the committed offset, not the current one: a
+        replay after a crash starts at that offset and must recognise its records' events as
+        redeliveries (a far-future tick would otherwise make it forget them and judge them late).
+        Tombstones and everything else follow the current watermark, so decisions do not depend
+        on commit timing.
         """
         if not self._marks or first_offset > self._marks[-1][0]:  # a replayed batch adds no mark
             self._marks.append([first_offset, self.wm])
@@ -271,8 +273,7 @@ class PartitionProcessor:
                     turn.provisional_h = reached[-1]
                     o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
                     out.rewards.extend(score(o, s, h) for s, h in self._scored)
-        pwm = wm if self._prune_wm is None else min(wm, self._prune_wm)
-        st.prune(pwm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through())
+        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm)
 
     def _deadlines(self, st: SessionState) -> list[int]:
         cfg, out = self.cfg, []

@@ -68,7 +68,8 @@ class SessionState:
     def is_empty(self) -> bool:
         return not (self.turns or self.seen or self.done)
 
-    def prune(self, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int) -> None:
+    def prune(self, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int,
+              seen_wm: int | None = None) -> None:
         """Drop seen ids and tombstones that can no longer matter.
 
         A seen id goes once older than ``dedup_ms``, but not while a turn of
@@ -77,7 +78,10 @@ class SessionState:
         redelivery even when the watermark jumped past the dedup horizon
         meanwhile (otherwise its events would be re-judged late). A tombstone goes once
         it is older than ``keep_done_ms`` *and* every window containing its
-        turn is closed (``served_ts < closed_through``).
+        turn is closed (``served_ts < closed_through``). Seen ids are judged
+        against ``seen_wm`` when given (the stream passes the watermark of its
+        committed offset, so a replay still recognises its redelivered events;
+        no decision other than duplicate-vs-new depends on seen ids).
         """
         if self.done:
             limit = wm - keep_done_ms
@@ -85,7 +89,7 @@ class SessionState:
                 k: t for k, t in self.done.items() if t.wm >= limit or t.served_ts >= closed_through
             }
         if self.seen:
-            limit = wm - dedup_ms
+            limit = (wm if seen_wm is None else min(wm, seen_wm)) - dedup_ms
             if self.turns:  # an open turn's events must stay known, or a resend would count twice
                 limit = min(limit, min(t.first_ts for t in self.turns.values()))
             kept = [t.first_ts for t in self.done.values() if t.first_ts is not None]
