@@ -32,10 +32,10 @@ SEED = 7_100_529
 KILLS = 6
 
 
-@pytest.mark.xfail(strict=False, reason="open in issue #3: after a kill -9 the restarted worker sometimes judges "
-                   "already-counted events of one partition late when it replays them after the final far-future tick "
-                   "(extra late_events rows; rewards, windows, events and dead letters stay exact). Not strict: the "
-                   "test runs and must pass when the bug does not strike")
+@pytest.mark.xfail(strict=False, reason="open in issue #3: about 1 run in 10 under load, the restarted worker judges "
+                   "already-counted events of one partition late when it replays them after the final far-future "
+                   "tick (extra late_events rows with an empty checkpoint; rewards, windows, events and dead letters "
+                   "stay exact). Not strict: the test runs and must pass when the bug does not strike")
 def test_worker_sigkilled_six_times_loses_and_duplicates_nothing(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
     rng = random.Random(SEED)
