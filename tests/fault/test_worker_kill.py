@@ -32,10 +32,6 @@ SEED = 7_100_529
 KILLS = 6
 
 
-@pytest.mark.xfail(strict=False, reason="open in issue #3: about 1 run in 10 under load, the restarted worker judges "
-                   "already-counted events of one partition late when it replays them after the final far-future "
-                   "tick (extra late_events rows with an empty checkpoint; rewards, windows, events and dead letters "
-                   "stay exact). Not strict: the test runs and must pass when the bug does not strike")
 def test_worker_sigkilled_six_times_loses_and_duplicates_nothing(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
     rng = random.Random(SEED)
@@ -81,6 +77,11 @@ def test_worker_sigkilled_six_times_loses_and_duplicates_nothing(
 
     drained_s = wait_drained(d.settings, 180, healthy)
     sink.stop()
-    summary = check(collect(ch_db.client), workload, sender)
+    results = collect(ch_db.client)
+    summary = check(results, workload, sender, late_ok=True)  # every required invariant, strictly
     record_property("fault_summary", {**workload.summary, **summary, "kills": kills, "drained_s": round(drained_s, 1)})
     print("kills", kills, "result", summary)
+    if summary["late_rows"]:  # rewards, windows, events and dead letters were exact (asserted above)
+        pytest.xfail(f"open in issue #3, about 1 run in 10 under load: the restarted worker judged "
+                     f"{summary['late_rows']} already-counted events late while replaying after the final "
+                     f"far-future tick, e.g. {results['late_rows'][:2]}")
