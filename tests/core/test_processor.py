@@ -732,3 +732,17 @@ def test_state_is_pruned_at_the_committed_watermark_so_a_replay_finds_it(committ
         assert again.late, "the scenario no longer reproduces the problem: the test proves nothing"
     else:
         assert again.late == [] and len(again.valid) == len(turn("r0", horizons=HZ)) + 1
+
+
+def test_a_batch_that_replays_records_below_the_commit_still_finds_their_state() -> None:
+    """Faust can deliver, in one batch, new records and then (after a re-seek) older ones again, while its
+    in-memory committed offset is already past the older ones: pruning must follow the lowest offset."""
+    evs = turn("r0", session_id="s1", ts=T0, horizons=HZ)
+    records = [(*json_record(*evs[:3]), 0), (*json_record(*evs[3:]), 1),
+               (*json_record(ev("FollowUp", "x", "s2", ts=T0 + 10 * SETTLE)), 2),
+               (*tick_record_of(2**53), 3), (*json_record(ev("FollowUp", "y", "s3", ts=T0 + 11 * SETTLE)), 4)]
+    store = DictStore()
+    PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records[:4], 0, committed=0)
+    again = PartitionProcessor(CFG, list(SPECS), store, "raw", 0)
+    out = again.process_batch([records[4], *records[:4]], 0, committed=4)  # 4, then 0..3 again
+    assert [r["request_id"] for r in out.late] == ["y"]  # only the genuinely new, too-old event

@@ -92,7 +92,8 @@ class PartitionProcessor:
         batches; only the store writes are deferred to the end of the batch (each touched
         session once, then the meta key). Never raises for bad input.
 
-        ``committed`` is the source partition's committed offset, when the caller knows it:
+        ``committed`` is the source partition's committed offset, when the caller knows it (a batch
+        that replays records below it counts as committed only up to its lowest offset):
         window closes decided below it can never be replayed, so their stored copies (kept
         for re-emission after a crash) are deleted. Unknown, the closes of the last
         ``_KEEP_CLOSES`` distinct offsets are kept.
@@ -100,9 +101,10 @@ class PartitionProcessor:
         out = Outputs()
         if not records:
             return out
+        low = min(r[2] for r in records)  # a batch may replay offsets below its first (Faust re-seeks)
         if not self.ready:
-            self.rebuild(records[0][2], out)
-        self._mark(records[0][2], committed)
+            self.rebuild(low, out)
+        self._mark(low, None if committed is None else min(committed, low))
         cache: dict[str, SessionState] = {}
         for value, headers, offset in records:
             self._step(value, headers, offset, now_ms, cache, out)
