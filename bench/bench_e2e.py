@@ -59,7 +59,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import SecretStr
 
 from rewardflow import topics as T
@@ -71,6 +71,8 @@ from rewardflow.clickhouse.migrate import migrate
 from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
 from rewardflow.demo.worker_proc import ChildProcess
 from rewardflow.events.validate import to_dict
+
+from bench_stream import produce  # noqa: E402 - the benches run as scripts from bench/
 from rewardflow.events.wire import decode_record, encode_avro
 from rewardflow.kafka_local.ports import free_ports, port_is_free
 from rewardflow.provision import ensure_topics
@@ -109,20 +111,6 @@ def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int, 
     if total < n_events:
         raise SystemExit(f"simulator made only {total} events for {n_events}")
     return records, len(turns)
-
-
-def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
-                         "partitioner": "murmur2_random", "message.max.bytes": 2_000_000})
-    for key, value, headers in records:
-        while True:
-            try:
-                producer.produce(topic, value, key, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    if producer.flush(120) != 0:
-        raise SystemExit("pre-produce did not finish")
 
 
 # ---------------------------------------------------------------------- the pipeline

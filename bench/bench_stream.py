@@ -97,7 +97,8 @@ def session_batches(n_events: int, fmt: str, seed: int = 5) -> list[Record]:
 
 
 def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "partitioner": "murmur2_random",
+    """Pre-produce ``records`` (key, value, headers) with the SDK's partitioner; raise if any stays unsent."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random",
                          "compression.type": "lz4", "message.max.bytes": 2_000_000})
     for key, value, headers in records:
         while True:
@@ -106,7 +107,8 @@ def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
                 break
             except BufferError:
                 producer.poll(0.01)
-    producer.flush(60)
+    if producer.flush(120) != 0:
+        raise SystemExit("pre-produce did not finish")
 
 
 # ---------------------------------------------------------------------- the worker
