@@ -7,10 +7,10 @@ sends the returned rows. All domain logic (validation, dedup, join, reward,
 windows) lives in the core; batching changes no decision, only how often state
 is written (once per batch) and how many output records are sent.
 
-Delivery: at-least-once, agent concurrency 1 (faust #606). Output sends and
-changelog writes go through Faust's producer, which Faust flushes *before* it
-commits offsets; Faust acks a batch only after this agent has processed and
-sent it, so a committed offset implies its outputs and state are in Kafka.
+Delivery: at-least-once, agent concurrency 1 (faust #606). Output rows and
+changelog writes go through a librdkafka producer (:mod:`rewardflow_streams.sender`);
+the agent awaits their acknowledgement before Faust may ack the batch, so a
+committed offset implies its outputs and state are in Kafka.
 An unexpected exception in the core, or a refused output send, stops the
 process (exit 70) instead of letting Faust ack the batch. Records Faust's
 consumer never delivered are read again (:mod:`rewardflow_streams.gaps`).
@@ -19,7 +19,9 @@ Output rows are split into records of at most ``max_record_bytes`` (at most
 record just over the input limit is dead-lettered whole.
 
 Diagnosis: ``RF_DEBUG_BATCHES=1`` logs one line per processed batch (offsets, committed offset,
-watermarks, late/valid counts) at WARNING; at DEBUG level the same lines are logged anyway.
+watermarks, late/valid counts) and the seconds spent per stage so far at WARNING; at DEBUG level
+the batch lines are logged anyway. ``/metrics`` always has the stage seconds
+(``rewardflow_stage_seconds_total{stage=wait|admit|process|encode|confirm}``).
 
 Idle partitions: a timer sends a *tick* record (header ``rf-format: tick``) to
 each idle partition of the raw topic, carrying a watermark that follows the
@@ -48,6 +50,7 @@ from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
+from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
 
 log = logging.getLogger("rewardflow.streams")
@@ -85,7 +88,8 @@ class JoinWorker:
             web_host=settings.web_host,
             web_port=settings.web_port + 1,
             producer_acks=-1,
-            # outputs and state are written in large bursts (a batch at a time): big batches, lz4
+            # Faust's own producer now sends only idle ticks and Faust's internal records; outputs
+            # and state writes go through the OutputSender (librdkafka)
             producer_max_batch_size=1_048_576,
             producer_linger_ms=5,
             producer_compression_type="lz4",
@@ -97,10 +101,8 @@ class JoinWorker:
         )
         raw = dict(key_serializer="raw", value_serializer="raw")
         self.raw_topic = self.app.topic(settings.topic(T.RAW), partitions=settings.partitions, **raw)
-        self.out_topics = {
-            name: self.app.topic(settings.topic(name), partitions=settings.partitions, **raw)
-            for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)
-        }
+        self.out_names = {name: settings.topic(name)
+                          for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)}
         # value_type=bytes makes the changelog topic itself "raw" (orjson bytes written by TableStore):
         # setting table.value_serializer afterwards left recovery decoding the changelog as JSON.
         # The changelog accepts what the producer may send (2 x max_record_bytes); the store refuses
@@ -109,7 +111,11 @@ class JoinWorker:
         self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
                                     key_type=str, value_type=bytes,
                                     extra_topic_configs={"max.message.bytes": str(changelog_max)})
-        self.store = TableStore(self.table, max_bytes=changelog_max - 4096)
+        self.sender = OutputSender(
+            settings.kafka_client_config(), client_id=settings.topic("worker-out"),
+            max_message_bytes=max(changelog_max, dead_letter_record_limit(settings)),
+        )
+        self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096)
         self._gaps = GapGuard(self.app, self.metrics, self._broker_committed)
         self._admin: Any = None
         self._assigned_at = 0
@@ -127,15 +133,44 @@ class JoinWorker:
 
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
-        s = self.settings
+        s, timed = self.settings, self.metrics.time
+        clock = time.perf_counter()
         async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
+            start = time.perf_counter()
+            timed("wait", start - clock)
             by_partition: dict[int, list[Any]] = {}
             for event in events:
                 if self._fault_skip and self._skipped_by_fault(event.message):
                     continue
                 by_partition.setdefault(event.message.partition, []).append(event.message)
+            done = []
             for partition, msgs in by_partition.items():
-                await self._process(partition, msgs)
+                result = await self._process(partition, msgs)
+                if result is not None:
+                    done.append(result)
+            mark = time.perf_counter()
+            await self._confirm(done)
+            clock = time.perf_counter()
+            timed("confirm", clock - mark)
+            if _DEBUG_BATCHES:
+                log.warning("stage seconds so far: %s", {k: round(v, 3) for k, v in self.metrics.stage_seconds.items()})
+
+    async def _confirm(self, done: list[tuple[list[Any], Outputs]]) -> None:
+        """Wait for the batch's outputs and state writes to be acknowledged, then count what is kept.
+
+        Faust acks the batch when the agent's iteration ends, so this must return only once the
+        sender has confirmed everything; a failure exits without commit (the batch is replayed).
+        """
+        try:
+            await self.sender.confirm()
+        except SendFailed:
+            log.exception("the outputs or state writes of a batch were not acknowledged; exiting without commit")
+            os._exit(70)
+        for msgs, out in done:
+            if not self._current(msgs):  # a rebalance happened meanwhile: its recovery may miss these writes
+                continue
+            ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
+            self.metrics.observe(out, records=len(msgs), ticks=ticks)
 
     def _skipped_by_fault(self, msg: Any) -> bool:
         """Fault hook of the tests: lose the first delivery of chosen records, as Faust's consumer can."""
@@ -147,35 +182,42 @@ class JoinWorker:
         log.warning("fault hook: the first delivery of %s[%d]@%d is lost", msg.topic, msg.partition, msg.offset)
         return True
 
-    async def _process(self, partition: int, msgs: list[Any]) -> None:
-        """Process one partition's share of a batch; Faust acks the batch after this returns."""
+    async def _process(self, partition: int, msgs: list[Any]) -> tuple[list[Any], Outputs] | None:
+        """Process one partition's share of a batch and queue its state writes and outputs.
+
+        Returns the messages processed and their outputs, or None when none may be processed
+        now. The caller confirms the sends before Faust acks the batch.
+        """
         if not self._current(msgs):
-            return
+            return None
         proc = self._processor(partition)
+        timed, mark = self.metrics.time, time.perf_counter()
         msgs = await self._gaps.admit(proc, partition, msgs)
+        timed("admit", time.perf_counter() - mark)
         if not msgs:
-            return
+            return None
         try:
             self.store.partition = partition
             committed = getattr(self.app.consumer, "_committed_offset", {}).get(msgs[0].tp)
             if committed is None:  # not known to Faust yet: no replay can start before what it delivered
                 committed = self._gaps.first_delivered(partition)
             was_ready = proc.ready
+            mark = time.perf_counter()
             out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
+            timed("process", time.perf_counter() - mark)
             if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
                 log.log(logging.WARNING if _DEBUG_BATCHES else logging.DEBUG, "batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
                           partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed, not was_ready, proc.wm,
                           proc._prune_wm, len(out.late), len(out.valid))
-            await self.store.flush()
-            await self._emit(out, partition)
+            mark = time.perf_counter()
+            self.store.send_queued()
+            self._emit(out, partition)
+            timed("encode", time.perf_counter() - mark)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
             log.exception("processing or sending the outputs of %s[%d]@%d..%d failed; exiting without commit",
                           msgs[0].topic, partition, msgs[0].offset, msgs[-1].offset)
             os._exit(70)
-        if not self._current(msgs):  # a rebalance happened meanwhile: its recovery may miss these writes
-            return
-        ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
-        self.metrics.observe(out, records=len(msgs), ticks=ticks)
+        return msgs, out
 
     def _broker_committed(self, tp: Any) -> int | None:
         """The worker group's committed offset of ``tp`` (blocking admin call; None when none)."""
@@ -208,7 +250,7 @@ class JoinWorker:
                  len(msgs), msgs[0].topic, msgs[0].partition)
         return False
 
-    async def _emit(self, out: Outputs, partition: int) -> None:
+    def _emit(self, out: Outputs, partition: int) -> None:
         """Send the batch's rows, each topic's split into records of at most the output limit.
 
         Output records are keyed by the source partition: their consumers (the sink) do not
@@ -219,8 +261,13 @@ class JoinWorker:
                  (T.LATE, out.late), (T.EXCLUSIONS, out.excluded), (T.WINDOWS, out.windows))
         for name, rows in sends:
             limit = self._dead_limit if name == T.DEADLETTERS else self._out_limit
-            for value in _chunks(rows, limit):
-                await self.out_topics[name].send(key=key, value=value)
+            topic = self.out_names[name]
+            try:  # plain str keys encode twice as fast; the maps of rewards and windows have int keys
+                values = list(_chunks(rows, limit, 0 if name == T.VALID else _JSON))
+            except orjson.JSONEncodeError:
+                values = list(_chunks(rows, limit, _JSON))
+            for value in values:
+                self.sender.send(topic, value, key)
 
     def _processor(self, partition: int) -> PartitionProcessor:
         proc = self.processors.get(partition)
@@ -265,21 +312,30 @@ class JoinWorker:
         return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")
 
 
-def _chunks(rows: list[Any], limit: int) -> Iterator[bytes]:
-    """orjson lists of ``rows``, split so each is at most ``limit`` bytes (a lone larger row goes alone).
+def _chunks(rows: list[Any], limit: int, option: int = 0) -> Iterator[bytes]:
+    """orjson lists of ``rows``, each at most ``limit`` bytes (a lone larger row goes alone), in order.
 
     One record can settle thousands of turns (a tick); a single output record of them all would
-    exceed the producer's max request size and the broker's max message size.
+    exceed the producer's max request size and the broker's max message size. A batch's rows
+    are tens of MB, so encoding them twice would cost as much as half the core: the chunk count
+    is estimated from a sample of rows, and only a chunk that still comes out too large is
+    split again.
     """
     if not rows:
         return
-    value = orjson.dumps(rows, option=_JSON)
-    if len(value) <= limit or len(rows) == 1:
-        yield value
-    else:
-        half = len(rows) // 2
-        yield from _chunks(rows[:half], limit)
-        yield from _chunks(rows[half:], limit)
+    sample = orjson.dumps(rows[:64], option=option)
+    estimate = len(sample) * len(rows) / min(len(rows), 64)
+    n = max(1, -(-int(estimate * 1.25) // limit))
+    step = -(-len(rows) // n)
+    for start in range(0, len(rows), step):
+        part = rows[start:start + step]
+        value = orjson.dumps(part, option=option)
+        if len(value) <= limit or len(part) == 1:
+            yield value
+        else:
+            half = len(part) // 2
+            yield from _chunks(part[:half], limit, option)
+            yield from _chunks(part[half:], limit, option)
 
 
 def _credentials(s: Settings) -> Any:

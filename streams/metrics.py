@@ -12,6 +12,7 @@ from collections import deque
 from rewardflow.core.outputs import Outputs
 
 log = logging.getLogger("rewardflow.streams")
+STAGES = ("wait", "admit", "process", "encode", "confirm")
 
 
 class WorkerMetrics:
@@ -29,6 +30,14 @@ class WorkerMetrics:
         self._recent_valid = self._recent_dead = 0  # running sums over _recent
         self.dlq_ratio = 0.0
         self.alarm = False
+        # seconds the agent spent per pipeline stage (where a worker's time goes, without a profiler):
+        # wait = for the next batch; admit = gap check; process = the core; encode = output rows to
+        # bytes and queued sends; confirm = until the sends are acknowledged
+        self.stage_seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+
+    def time(self, stage: str, seconds: float) -> None:
+        """Add ``seconds`` to ``stage`` (one of :data:`STAGES`)."""
+        self.stage_seconds[stage] += seconds
 
     def observe(self, out: Outputs, records: int = 1, ticks: int = 0) -> None:
         """Count one batch: ``records`` raw records (``ticks`` of them idle ticks) and its outputs."""
@@ -71,6 +80,9 @@ class WorkerMetrics:
             lines += [f"# TYPE rewardflow_{k}_total counter", f"rewardflow_{k}_total {v}"]
         for reason, v in sorted(self.dead_by_reason.items()):
             lines.append(f'rewardflow_dead_letters_by_reason_total{{reason="{reason}"}} {v}')
+        lines.append("# TYPE rewardflow_stage_seconds_total counter")
+        for stage, sec in self.stage_seconds.items():
+            lines.append(f'rewardflow_stage_seconds_total{{stage="{stage}"}} {sec:.6f}')
         lines += ["# TYPE rewardflow_dead_letter_ratio gauge", f"rewardflow_dead_letter_ratio {self.dlq_ratio:.6f}",
                   f"rewardflow_dead_letter_alarm {int(self.alarm)}"]
         return "\n".join(lines) + "\n"

@@ -6,12 +6,14 @@ changelog carries exactly what the core asked to keep.
 Contract: :meth:`TableStore.put` and :meth:`TableStore.delete` change the local
 table at once and queue the changelog record for partition
 :attr:`TableStore.partition` (the shell sets it to the source partition of the
-records being processed); :meth:`TableStore.flush` sends the queue in call
-order and must be awaited before the batch is acked. Sends go straight to the
-producer (awaited), not through Faust's synchronous ``table[key] = …`` path,
-whose buffer throttles the consumer to one record per 0.1 s once more than 100
-writes wait. Faust flushes the producer before it commits source offsets, so
-a committed offset implies the state writes of its batch are in the changelog.
+records being processed); :meth:`TableStore.send_queued` hands the queue, in
+call order, to the worker's :class:`~rewardflow_streams.sender.OutputSender`,
+whose ``confirm()`` the agent awaits before the batch may be acked, so a
+committed offset implies the state writes of its batch are in the changelog.
+Keys are serialised exactly as Faust's table does (its key serializer), so
+Faust's changelog recovery reads them back. The writes bypass Faust's
+synchronous ``table[key] = …`` path, whose buffer throttles the consumer to one
+record per 0.1 s once more than 100 writes wait.
 :meth:`TableStore.put` raises ``ValueError`` for a value larger than
 ``max_bytes``: the changelog send would fail later, and the write would be lost.
 """
@@ -23,14 +25,17 @@ from typing import Any
 
 import orjson
 
+from rewardflow_streams.sender import OutputSender
+
 _OPTS = orjson.OPT_NON_STR_KEYS
 
 
 class TableStore:
     """Adapter: the core's store protocol on a Faust Table of raw bytes."""
 
-    def __init__(self, table: Any, max_bytes: int | None = None) -> None:
+    def __init__(self, table: Any, sender: OutputSender, max_bytes: int | None = None) -> None:
         self.table = table
+        self.sender = sender
         self.max_bytes = max_bytes
         self.partition: int | None = None
         self._queue: list[tuple[int, str, bytes | None]] = []
@@ -52,12 +57,13 @@ class TableStore:
             self._queue.append((self._partition(), key, None))
             del self.table.data[key]
 
-    async def flush(self) -> None:
-        """Send the queued changelog records, in order (blocks while the producer is full)."""
+    def send_queued(self) -> None:
+        """Hand the queued changelog records to the sender, in order (blocks only while it is full)."""
         queue, self._queue = self._queue, []
-        topic, ks = self.table.changelog_topic, self.table.key_serializer
+        topic = self.table.changelog_topic.get_topic_name()
+        dumps_key, key_type, ks = self.table.app.serializers.dumps_key, self.table.key_type, self.table.key_serializer
         for partition, key, value in queue:
-            await topic.send(key=key, value=value, partition=partition, key_serializer=ks, value_serializer="raw")
+            self.sender.send(topic, value, dumps_key(key_type, key, serializer=ks), partition)
 
     def _partition(self) -> int:
         if self.partition is None:

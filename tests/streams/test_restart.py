@@ -68,9 +68,6 @@ def distinct(out: OutputCollector) -> dict[str, dict[str, list[dict[str, Any]]]]
     return {topic: rows_by_id(topic, out.rows[topic]) for topic in ID_OF}
 
 
-@pytest.mark.xfail(strict=False, reason="open in issue #3: see tests/fault/test_worker_kill.py (a replay after a "
-                   "far-future tick can judge already-counted events late). The record-drop bug once marked here is "
-                   "fixed by the offset-gap guard (tests/streams/test_gaps.py); this test passed in every run since")
 @pytest.mark.kafka
 def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_run(deploy: Any) -> None:
     d = deploy()

@@ -19,20 +19,16 @@ class JoinConfig:
     window_sizes_s: tuple[int, ...] = (300, 3600)
     max_record_bytes: int = 1_000_000
     max_batch_events: int = 500
+    # derived (read per event on the hot path, so computed once)
+    final_horizon_ms: int = field(init=False)
+    settle_ms: int = field(init=False)  # from a turn's anchor to its final deadline
+    keep_done_ms: int = field(init=False)  # tombstones live this long: late routing and window rebuild need them
 
-    @property
-    def final_horizon_ms(self) -> int:
-        return self.horizons_s[-1] * 1000
-
-    @property
-    def settle_ms(self) -> int:
-        """From a turn's anchor to its final deadline."""
-        return self.final_horizon_ms + self.grace_ms
-
-    @property
-    def keep_done_ms(self) -> int:
-        """Tombstones live at least this long: late routing and window rebuild need them."""
-        return max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + self.settle_ms)
+    def __post_init__(self) -> None:
+        final = self.horizons_s[-1] * 1000
+        object.__setattr__(self, "final_horizon_ms", final)
+        object.__setattr__(self, "settle_ms", final + self.grace_ms)
+        object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms))
 
     @classmethod
     def from_settings(cls, s: Any) -> JoinConfig:

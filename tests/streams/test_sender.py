@@ -1,0 +1,102 @@
+"""The worker's output path: chunking of output rows and the librdkafka sender's confirm contract."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Consumer
+
+from rewardflow_streams.app import _chunks
+from rewardflow_streams.sender import OutputSender, SendFailed
+
+
+def _rows(n: int, width: int) -> list[dict[str, Any]]:
+    return [{"i": i, "pad": "x" * (width + (i % 7) * 13), "m": {"a": i}} for i in range(n)]
+
+
+@pytest.mark.parametrize(("n", "width", "limit"), [(1, 10, 1000), (500, 100, 4096), (3000, 700, 1_000_000),
+                                                   (50, 2000, 2500), (7, 10, 10)])
+def test_chunks_keep_every_row_in_order_within_the_limit(n: int, width: int, limit: int) -> None:
+    rows = _rows(n, width)
+    chunks = list(_chunks(rows, limit))
+    back = [r for c in chunks for r in orjson.loads(c)]
+    assert back == rows
+    for c in chunks:
+        assert len(c) <= limit or len(orjson.loads(c)) == 1  # only a lone row may exceed it
+
+
+def test_chunks_of_skewed_rows_still_respect_the_limit() -> None:
+    """The chunk count is estimated from the first rows; later, larger rows must still be split."""
+    rows = [{"pad": "s"} for _ in range(200)] + [{"pad": "L" * 900} for _ in range(200)]
+    chunks = list(_chunks(rows, 8000))
+    assert [r for c in chunks for r in orjson.loads(c)] == rows
+    assert all(len(c) <= 8000 for c in chunks)
+
+
+def test_chunks_with_int_keys_need_the_option() -> None:
+    rows = [{"persisted": {30: 1}}]
+    with pytest.raises(orjson.JSONEncodeError):
+        list(_chunks(rows, 1000))
+    assert orjson.loads(next(_chunks(rows, 1000, orjson.OPT_NON_STR_KEYS))) == [{"persisted": {"30": 1}}]
+    assert list(_chunks([], 1000)) == []
+
+
+def _read_all(bootstrap: str, topic: str, n: int) -> list[Any]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got: list[Any] = []
+    for _ in range(60):
+        got += [m for m in c.consume(1000, 0.5) if m.error() is None]
+        if len(got) >= n:
+            break
+    c.close()
+    return got
+
+
+@pytest.mark.kafka
+def test_confirm_returns_once_every_record_is_in_the_topic_in_order(kafka_broker: Any, unique_topic: Any) -> None:
+    topic = unique_topic("out", partitions=2)
+    sender = OutputSender({"bootstrap.servers": kafka_broker.bootstrap}, max_message_bytes=1_000_000,
+                          client_id="test-sender")
+    for i in range(2000):
+        sender.send(topic, str(i).encode(), b"k", partition=i % 2)
+    sender.send(topic, None, b"k", partition=0)  # a tombstone (changelog delete)
+    asyncio.run(sender.confirm())
+    assert sender.pending == 0
+    got = _read_all(kafka_broker.bootstrap, topic, 2001)  # confirm() returned: all of it is readable now
+    assert len(got) == 2001
+    for p in (0, 1):
+        values = [m.value() for m in got if m.partition() == p]
+        expected = [str(i).encode() for i in range(p, 2000, 2)] + ([None] if p == 0 else [])
+        assert values == expected
+    assert sender.close() == 0
+
+
+@pytest.mark.kafka
+def test_confirm_raises_for_a_record_the_topic_refuses(kafka_broker: Any, unique_topic: Any) -> None:
+    topic = unique_topic("small")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    entry = ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource("topic", topic, incremental_configs=[entry])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(timeout=30)
+    sender = OutputSender({"bootstrap.servers": kafka_broker.bootstrap}, max_message_bytes=1_000_000,
+                          client_id="test-sender")
+    sender.send(topic, os.urandom(50_000), b"k")  # accepted locally, refused by the broker (incompressible)
+    with pytest.raises(SendFailed, match=topic):
+        asyncio.run(sender.confirm(timeout_s=60))
+    sender.close(1)
+
+
+def test_send_raises_for_a_record_over_the_producer_limit() -> None:
+    sender = OutputSender({"bootstrap.servers": "127.0.0.1:9"}, max_message_bytes=10_000, client_id="test-sender")
+    with pytest.raises(SendFailed, match="big"):
+        sender.send("big", b"x" * 200_000, None)
+    sender.close(0)
