@@ -8,6 +8,7 @@ order — the sink uses this to flush and commit last.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -21,6 +22,23 @@ from rewardflow_streams.app import JoinWorker
 log = logging.getLogger("rewardflow.streams")
 
 
+GC_THRESHOLDS = (100_000, 50, 100)
+
+
+def tune_gc() -> None:
+    """Make the cyclic garbage collector cheap for a long-running worker.
+
+    The core allocates a few dicts per event, nearly all freed by reference counting, yet
+    every 700 allocations CPython's default thresholds start a collection, and the older
+    generations (Faust, aiokafka, the table) get traversed again and again: 20-30% of the
+    core's time on the stream benchmark. ``gc.freeze()`` moves everything allocated at start
+    out of the collector's sight, and the larger first threshold makes collections ~140x
+    rarer. Cycles are still collected, only later (slightly more memory, never a leak).
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING",
                on_stopped: list[Callable[[], None]] | None = None, join: JoinWorker | None = None) -> int:
     """Create topics, start the Faust worker and block until it stops. Returns an exit code."""
@@ -30,6 +48,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     # No terminal spinner: with one, Faust sets the root logger to DEBUG to spin on every record,
     # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
     worker.spinner = None
+    tune_gc()
     code = 0
     try:
         worker.execute_from_commandline()
