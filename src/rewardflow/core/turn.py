@@ -90,11 +90,12 @@ class TurnState:
     def anchor(self) -> int:
         """Event time the horizons count from: the latest of served and edit times."""
         base = self.served["ts"] if self.served else self.first_ts
-        return max([base, *self.edits.values()])
+        return max(base, max(self.edits.values())) if self.edits else base
 
     def apply(self, ev: Envelope) -> None:
         """Fold one validated event into the turn. Order-independent."""
-        self.first_ts = min(self.first_ts, ev.ts)
+        if ev.ts < self.first_ts:
+            self.first_ts = ev.ts
         c = self.counts
         if isinstance(ev, InferenceServed):
             cand = {
