@@ -377,7 +377,8 @@ def main() -> None:
         from rewardflow.settings import load_settings
 
         port, cport = free_ports(2)
-        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka")
+        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka",
+                             die_with_parent=True)
         bootstrap = broker.up(timeout=120).bootstrap
     floor_dsn = parse_dsn(f"chdb://{tmp / 'floor-chdb'}")
     owner = get_client(dsn=floor_dsn)  # this process owns the floor's engine; the worker owns its own path

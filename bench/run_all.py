@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
         port, cport = free_ports(2)
         tmp = Path(tempfile.mkdtemp(prefix="bench-all-"))
-        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka")
+        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka",
+                             die_with_parent=True)
         bootstrap = broker.up(timeout=120).bootstrap
     out_stream = sys.stderr if args.json else sys.stdout
     summary: dict[str, Any] = {"quick": args.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -94,7 +94,7 @@ def _start_local(home: Path, data_dir: Path) -> tuple[LocalBroker, Path]:
     """Start a broker on fresh free ports (3 tries); return it and its session record."""
     for attempt in range(3):
         port, controller_port = free_ports(2)
-        broker = LocalBroker(home, port, controller_port, partitions=1, data_dir=data_dir)
+        broker = LocalBroker(home, port, controller_port, partitions=1, data_dir=data_dir, die_with_parent=True)
         try:
             info = broker.up(timeout=120)
         except PortBusyError:
