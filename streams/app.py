@@ -59,7 +59,7 @@ _TICK_HEADERS = {"rf-format": b"tick"}
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
 _MAX_OUTPUT_RECORD = 1_000_000
-_DEBUG_BATCHES = bool(os.environ.get("RF_DEBUG_BATCHES"))  # per-batch log lines at WARNING (diagnosis)
+_DEBUG_BATCHES = os.environ.get("RF_DEBUG_BATCHES", "") not in ("", "0")  # per-batch log lines at WARNING (diagnosis)
 
 
 def _now_ms() -> int:
