@@ -13,8 +13,9 @@ Contract:
   reports until there is room. It raises :class:`SendFailed` for a record the producer
   refuses outright (too large, unknown topic).
 * :meth:`OutputSender.confirm` waits (in a thread, off the event loop) until every record
-  queued so far is acknowledged by the broker (``acks=all``), and raises
-  :class:`SendFailed` naming the first failure otherwise. The agent awaits it before
+  queued so far is acknowledged by the broker (``acks=all``), however long the broker is
+  unreachable (logging a warning every 30 s), and raises :class:`SendFailed` naming the
+  first record that failed for good (refused, or undelivered after ``message.timeout.ms``). The agent awaits it before
   Faust may ack the batch, so a committed source offset implies its outputs and state
   writes are in Kafka; that is the guarantee Faust's own flush-before-commit gave.
 * Order: records to one partition keep their send order (idempotent producer, so
@@ -25,10 +26,14 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+
+
+log = logging.getLogger("rewardflow.streams")
 
 
 class SendFailed(RuntimeError):
@@ -77,12 +82,21 @@ class OutputSender:
             if err is not None and self._failure is None:
                 self._failure = f"{msg.topic()}[{msg.partition()}]: {err.str()}"
 
-    async def confirm(self, timeout_s: float = 120.0) -> None:
-        """Wait until everything sent so far is acknowledged; raise :class:`SendFailed` if not."""
-        if self.pending:
-            left = await asyncio.to_thread(self._producer.flush, timeout_s)
-            if left:
-                raise SendFailed(f"{left} records not acknowledged within {timeout_s:.0f} s")
+    async def confirm(self, warn_every_s: float = 30.0) -> None:
+        """Wait until everything sent so far is acknowledged; raise :class:`SendFailed` if one failed.
+
+        While the broker is unreachable this keeps waiting (librdkafka retries) and logs a warning
+        every ``warn_every_s``; a record fails for good only after ``message.timeout.ms`` (5 min),
+        and then this raises.
+        """
+        waited = 0.0
+        while self.pending and self._failure is None:
+            left = await asyncio.to_thread(self._producer.flush, 5.0)
+            if left and self._failure is None:
+                waited += 5.0
+                if waited % warn_every_s < 5.0:
+                    log.warning("%d output/state records not acknowledged after %.0f s; is the broker "
+                                "reachable? (the batch is not committed until they are)", left, waited)
         if self._failure is not None:
             raise SendFailed(self._failure)
 

@@ -91,7 +91,7 @@ def test_confirm_raises_for_a_record_the_topic_refuses(kafka_broker: Any, unique
                           client_id="test-sender")
     sender.send(topic, os.urandom(50_000), b"k")  # accepted locally, refused by the broker (incompressible)
     with pytest.raises(SendFailed, match=topic):
-        asyncio.run(sender.confirm(timeout_s=60))
+        asyncio.run(sender.confirm())
     sender.close(1)
 
 
@@ -99,4 +99,16 @@ def test_send_raises_for_a_record_over_the_producer_limit() -> None:
     sender = OutputSender({"bootstrap.servers": "127.0.0.1:9"}, max_message_bytes=10_000, client_id="test-sender")
     with pytest.raises(SendFailed, match="big"):
         sender.send("big", b"x" * 200_000, None)
+    sender.close(0)
+
+
+def test_confirm_waits_for_an_unreachable_broker_then_fails_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    """No broker: confirm() keeps waiting (warning) and raises once librdkafka gives the record up."""
+    sender = OutputSender({"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 12_000},
+                          max_message_bytes=10_000, client_id="test-sender")
+    sender.send("t", b"v", None)
+    with caplog.at_level("WARNING", logger="rewardflow.streams"), pytest.raises(SendFailed, match="timed out"):
+        asyncio.run(sender.confirm(warn_every_s=5.0))
+    assert any("not acknowledged" in r.getMessage() for r in caplog.records)
+    assert sender.pending == 0
     sender.close(0)
