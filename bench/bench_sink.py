@@ -20,7 +20,9 @@ For each run and each table (``rewards``; ``events`` too with ``--tables rewards
    forwards the topic's JSON to ClickHouse, so this is its ceiling;
 5. export (rewards only): a snapshot :class:`RewardReader` iterates every row of
    the sink's table as Arrow record batches (``FINAL``, ordered by ``_seq``);
-   timed. For reference, the same read without the four Map columns.
+   timed (the table as the sink left it: parts not necessarily merged). For
+   reference, the same read (same plan: duplicate check, then the ``by_seq``
+   projection in ``_seq`` order) without the four Map columns.
 
 Reports medians of the runs, the ratio sink / raw insert_arrow (target >= 0.5),
 sink / raw JSON, and export rows/s (target >= 1M), prints a table and writes
@@ -166,13 +168,19 @@ def run_raw_json(client: Any, table: str, values: list[bytes], per_record: int, 
 
 
 def run_export_scalars(settings: Settings, db: str) -> float:
-    """Reference: the same FINAL read of the rewards table without its four Map columns."""
+    """Reference: the reader's read of the rewards table (same plan) without its four Map columns."""
     from rewardflow.clickhouse.connect import local_reader
+    from rewardflow.trainer.query import duplicates_sql, rewards_sql
 
     reader = local_reader(parse_dsn(settings.dsn).with_database(db))
-    cols = [c for c in table_def("rewards").record_columns if not table_def("rewards").column(c).type.startswith("Map(")]
+    maps = [f"`{c}`" for c in table_def("rewards").record_columns if table_def("rewards").column(c).type.startswith("Map(")]
+    window = {"after": 0, "upto": 2**64 - 1}
     start = time.perf_counter()
-    sum(b.num_rows for b in reader.stream_arrow(f"SELECT {', '.join(cols)}, _seq FROM rewards FINAL WHERE _seq > 0 ORDER BY _seq"))
+    dedup = bool(reader.query_arrow(duplicates_sql(), window).column(0)[0].as_py())
+    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=dedup)
+    for m in maps:
+        sql = sql.replace(f", {m}", "", 1)
+    sum(b.num_rows for b in reader.stream_arrow(sql, params))
     elapsed = time.perf_counter() - start
     reader.close()
     return elapsed

@@ -80,3 +80,35 @@ def test_a_database_whose_registry_created_reward_specs_catches_up(ch_db: ChData
     assert report.applied == [4]
     assert set(read_ledger(ch_db.client)) == {f.spec.version for f in specs}  # registered rows kept
     assert migrate(ch_db.client).applied == []
+
+
+def test_migration_5_gives_an_existing_rewards_table_its_seq_projection(ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.ddl import create_table
+    from rewardflow.clickhouse.tables import REWARDS
+    from tests.clickhouse.rows import insert, reward
+
+    # rewards as migrations 1-4 left it (no projection), with rows, and no record of 5
+    ch_db.client.command("DROP TABLE rewards SYNC")
+    ch_db.client.command(create_table(REWARDS, projections=False))
+    ch_db.client.command("DELETE FROM schema_migrations WHERE version = 5")
+    assert "PROJECTION" not in str(ch_db.client.command("SHOW CREATE TABLE rewards"))
+    insert(ch_db.client, [reward(i) for i in range(50)])
+    before = ch_db.client.query("SELECT * FROM rewards ORDER BY reward_id").result_rows
+
+    assert migrate(ch_db.client).applied == [5]
+    assert "PROJECTION by_seq" in str(ch_db.client.command("SHOW CREATE TABLE rewards"))
+    assert migrate(ch_db.client).applied == []  # idempotent
+    for statement in MIGRATIONS[4].statements(90):  # and so is each statement (a run interrupted half-way)
+        ch_db.client.command(statement)
+    assert ch_db.client.query("SELECT * FROM rewards ORDER BY reward_id").result_rows == before
+    ch_db.client.command("ALTER TABLE rewards MATERIALIZE PROJECTION by_seq SETTINGS mutations_sync = 1")
+    parts = ch_db.client.query(
+        "SELECT sum(rows) FROM system.projection_parts WHERE database = currentDatabase() AND table = 'rewards' AND active"
+    ).result_rows
+    assert parts == [(50,)]
+
+
+def test_released_migration_1_still_creates_rewards_without_the_projection() -> None:
+    statements = MIGRATIONS[0].statements(90)
+    rewards = next(s for s in statements if "`rewards`" in s)
+    assert "PROJECTION" not in rewards and "deduplicate_merge_projection_mode" not in rewards

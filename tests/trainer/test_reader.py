@@ -115,3 +115,45 @@ def test_export_is_exactly_the_final_rows_in_seq_order(ch_db: ChDatabase) -> Non
     assert got.num_rows == 200 and ch_db.client.command("SELECT count() FROM rewards") == 287
     assert got.to_pylist() == want.to_pylist()
     assert set(got.column("reward").to_pylist()) == {0.5}
+
+
+def test_the_pull_reads_the_seq_projection_in_order_and_skips_dedup_without_duplicates(ch_db: ChDatabase) -> None:
+    from rewardflow.trainer.query import duplicates_sql, rewards_sql
+
+    ch_db.client.command("SYSTEM STOP MERGES rewards")
+    # merges build by_seq, and they are stopped here: these parts get it at insert instead
+    ch_db.client.command("ALTER TABLE rewards MODIFY SETTING materialize_projections_on_insert = 1")
+    for part in range(3):
+        insert(ch_db.client, [reward(i) for i in range(part, 90, 3)])  # keys interleaved across parts
+    ch_db.client.command("ALTER TABLE rewards MODIFY SETTING materialize_projections_on_insert = 0")
+    window = {"after": 0, "upto": 2**64 - 1}
+    assert ch_db.client.command(duplicates_sql(), parameters=window) == 0
+    fast, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=False)
+    plan = "\n".join(r[0] for r in ch_db.client.query("EXPLAIN " + fast, parameters=params).result_rows)
+    assert "ReadFromMergeTree (by_seq)" in plan
+    reader = RewardReader(ch_db.dsn, trainer=None, batch_rows=16, settle_s=0, settings=ch_db.settings())
+    got = pa.Table.from_batches(list(reader))
+    reader.close()
+    assert got.num_rows == 90 and got.column("_seq").to_pylist() == sorted(got.column("_seq").to_pylist())
+
+    insert(ch_db.client, [reward(i, reward_value=0.9) for i in range(0, 90, 10)], token="replay-beyond-window")
+    assert ch_db.client.command(duplicates_sql(), parameters=window) == 1
+    reader = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings())
+    again = pa.Table.from_batches(list(reader))
+    reader.close()
+    assert again.to_pylist() == got.to_pylist()  # the replayed copies (a part without by_seq yet) are not handed out
+
+
+def test_a_reader_closed_mid_stream_does_not_pass_for_exhausted(ch_db: ChDatabase) -> None:
+    insert(ch_db.client, [reward(i) for i in range(100)])
+    reader = RewardReader(ch_db.dsn, trainer="t", batch_rows=10, settle_s=0, settings=ch_db.settings())
+    it = iter(reader)
+    handed = [next(it)]
+    other = reader._reader.stream_arrow("SELECT number FROM numbers(3)")  # a second stream meanwhile: its own handle
+    assert [b.num_rows for b in other] == [3]
+    handed.append(next(it))
+    reader.close()  # cuts the open stream short
+    with pytest.raises(Exception, match="closed before its end"):
+        for batch in it:
+            handed.append(batch)
+    assert reader._position == handed[-1].column("_seq")[-1].as_py()  # what was handed out, never the horizon

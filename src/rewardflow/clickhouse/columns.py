@@ -52,6 +52,25 @@ class Column:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """A projection: a second, differently sorted copy of a table's rows kept by ClickHouse.
+
+    ``select`` is the projection's query (``SELECT * ORDER BY …``); ``table_settings`` are
+    table settings it needs (a ReplacingMergeTree refuses a projection unless told what to do
+    with it when a merge removes duplicates or a lightweight delete removes rows).
+    """
+
+    name: str
+    select: str
+    doc: str
+    table_settings: dict[str, str | int] = field(default_factory=dict)
+
+    def ddl(self) -> str:
+        """The projection clause of ``CREATE TABLE`` / ``ADD PROJECTION``."""
+        return f"`{self.name}` ({self.select})"
+
+
+@dataclass(frozen=True)
 class TableDef:
     """One table. ``record`` names the TypedDict whose fields are the record columns."""
 
@@ -65,6 +84,7 @@ class TableDef:
     ttl: str = ""
     settings: dict[str, str | int] = field(default_factory=dict)
     id_column: str = ""
+    projections: tuple[Projection, ...] = ()
 
     @property
     def record_columns(self) -> tuple[str, ...]:

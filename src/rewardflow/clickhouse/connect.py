@@ -73,14 +73,26 @@ def get_client(*, dsn: str | Dsn, database: str | None = None, settings: dict[st
 # partition key is a function of the row), so FINAL may merge each partition on its own.
 _CHDB_READ_SETTINGS: dict[str, Any] = {
     "output_format_arrow_compression_method": "none",
+    "output_format_arrow_string_as_string": 1,
     "do_not_merge_across_partitions_select_final": 1,
 }
 
 
 def local_reader(dsn: Dsn) -> LocalReader:
-    """A reader on a ``readonly = 1`` connection in this process (cursor commits use another)."""
+    """A reader on a ``readonly = 1`` connection in this process (cursor commits use another).
+
+    On chDB, Arrow streams go through a second handle of the same engine with the same
+    settings (:class:`~.chdbarrow.ChdbArrowStream`): the driver would materialise them whole.
+    """
     settings = {**(_CHDB_READ_SETTINGS if dsn.embedded else {}), **READONLY_SETTINGS}
-    return LocalReader(get_client(dsn=dsn, settings=settings), dsn.masked(), partial(get_client, dsn=dsn))
+    client = get_client(dsn=dsn, settings=settings)
+    stream = None
+    if dsn.embedded:
+        from rewardflow.clickhouse.chdbarrow import ChdbArrowStream
+
+        assert dsn.path is not None
+        stream = ChdbArrowStream(dsn.path, dsn.database, settings)
+    return LocalReader(client, dsn.masked(), partial(get_client, dsn=dsn), stream)
 
 
 def endpoint_url(settings: Settings) -> str:

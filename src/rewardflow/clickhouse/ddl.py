@@ -29,9 +29,16 @@ def ttl_clause(table: TableDef, events_ttl_days: int) -> str:
     return table.ttl.format(events_ttl_days=events_ttl_days) if table.ttl else ""
 
 
-def create_table(table: TableDef, *, events_ttl_days: int = 90) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` for ``table`` in the current database."""
-    cols = ",\n    ".join(c.ddl() for c in table.columns)
+def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: bool = True) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for ``table`` in the current database.
+
+    ``projections=False`` leaves out the table's projections and the settings they need
+    (migration 1 created the tables before any projection existed; :func:`add_projection`
+    adds them to such a table).
+    """
+    projs = table.projections if projections else ()
+    clauses = [c.ddl() for c in table.columns] + [f"PROJECTION {p.ddl()}" for p in projs]
+    cols = ",\n    ".join(clauses)
     parts = [f"CREATE TABLE IF NOT EXISTS {quote_ident(table.name)}\n(\n    {cols}\n)", f"ENGINE = {table.engine}"]
     if table.partition_by:
         parts.append(f"PARTITION BY {table.partition_by}")
@@ -39,9 +46,29 @@ def create_table(table: TableDef, *, events_ttl_days: int = 90) -> str:
     ttl = ttl_clause(table, events_ttl_days)
     if ttl:
         parts.append(f"TTL {ttl}")
-    if table.settings:
-        parts.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(v)}" for k, v in table.settings.items()))
+    settings = {**{k: v for p in projs for k, v in p.table_settings.items()}, **table.settings}
+    if settings:
+        parts.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(v)}" for k, v in settings.items()))
     return "\n".join(parts)
+
+
+def add_projection(table: TableDef, name: str) -> list[str]:
+    """Idempotent statements that give an existing ``table`` its projection ``name``.
+
+    The settings the projection needs, ``ADD PROJECTION IF NOT EXISTS``, then ``MATERIALIZE
+    PROJECTION``: a mutation that builds the projection for the parts already stored, in the
+    background (new inserts carry it at once). Until it is done, reads are still correct; they
+    only read those older parts the slow way.
+    """
+    proj = next(p for p in table.projections if p.name == name)
+    t = quote_ident(table.name)
+    out = []
+    if proj.table_settings:
+        settings = ", ".join(f"{k} = {_setting_value(v)}" for k, v in proj.table_settings.items())
+        out.append(f"ALTER TABLE {t} MODIFY SETTING {settings}")
+    out.append(f"ALTER TABLE {t} ADD PROJECTION IF NOT EXISTS {proj.ddl()}")
+    out.append(f"ALTER TABLE {t} MATERIALIZE PROJECTION {quote_ident(proj.name)}")
+    return out
 
 
 def create_database(name: str) -> str:

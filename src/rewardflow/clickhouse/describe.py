@@ -46,6 +46,13 @@ server or chDB engine, and its high bits are the insert time in ms. A trainer re
 a later duplicate collapses under `FINAL` into its first copy, whose `_seq` the cursor already
 passed; rows from inserts still running when the read starts are newer than the horizon, so no row
 can become visible behind the cursor; uncommitted rows are handed out again.
+
+The read: first one query checks whether `FINAL` would drop any row of the window (its count
+against the plain count). If it would, `FINAL` over the key, version and filter columns only yields
+the `_seq` of the surviving rows and the wide rows are read with `_seq IN` those; if not (the usual
+case), the wide rows are read without deduplication. Either way they come from the projection
+`by_seq` (the rows sorted by `_seq`, built when parts merge), already in the order the trainer gets
+them; rows of parts not merged yet are sorted at read time. Same rows in every case.
 """
 
 
@@ -60,8 +67,11 @@ def table_markdown(t: TableDef, events_ttl_days: int = 90) -> str:
         lines.append(f"- Partition by `{t.partition_by}`")
     if t.ttl:
         lines.append(f"- TTL `{ttl_clause(t, events_ttl_days)}`" + (" (days: `events_ttl_days`)" if "{" in t.ttl else ""))
-    if t.settings:
-        lines.append("- Settings: " + ", ".join(f"`{k} = {v}`" for k, v in t.settings.items()))
+    settings = {**{k: v for p in t.projections for k, v in p.table_settings.items()}, **t.settings}
+    if settings:
+        lines.append("- Settings: " + ", ".join(f"`{k} = {v}`" for k, v in settings.items()))
+    for p in t.projections:
+        lines.append(f"- Projection `{p.name}`: `{p.select}`. {p.doc}")
     lines += ["", "| column | type | filled by | description |", "|---|---|---|---|"]
     for c in t.columns:
         filled = {"record": "producer", "sink": f"`DEFAULT {c.expr}`", "materialized": f"`MATERIALIZED {c.expr}`", "alias": "alias"}[c.kind]

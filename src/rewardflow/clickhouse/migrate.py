@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.catalog import ALL_TABLES
-from rewardflow.clickhouse.ddl import create_database, create_table, modify_ttl, ttl_clause
+from rewardflow.clickhouse.ddl import add_projection, create_database, create_table, modify_ttl, ttl_clause
 from rewardflow.clickhouse.dsn import Dsn
+from rewardflow.clickhouse.tables import BY_SEQ, REWARDS
 from rewardflow.clickhouse.tables_state import REWARD_SPECS, SCHEMA_MIGRATIONS
 from rewardflow.clickhouse.views import ALL_VIEWS
 
@@ -44,7 +45,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
         "reward tables",
-        lambda ttl: [create_table(t, events_ttl_days=ttl) for t in ALL_TABLES if t.name not in _LATER],
+        lambda ttl: [create_table(t, events_ttl_days=ttl, projections=False) for t in ALL_TABLES if t.name not in _LATER],
     ),
     Migration(2, "analyst views", lambda ttl: [v.ddl() for v in ALL_VIEWS]),
     Migration(
@@ -54,6 +55,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # the registry used to create this table itself (IF NOT EXISTS, same definition): a no-op there
     Migration(4, "reward spec ledger", lambda ttl: [create_table(REWARD_SPECS)]),
+    # the trainer pull reads rewards in _seq order; existing rows get the projection by a background mutation
+    Migration(5, "rewards in _seq order for the trainer pull", lambda ttl: add_projection(REWARDS, BY_SEQ.name)),
 )
 
 

@@ -12,13 +12,16 @@ endpoint). Readers are not thread-safe; use one per thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.errors import QueryError, clean_message, error_code, is_driver_error
 from rewardflow.clickhouse.readonly import check_read_only
+
+if TYPE_CHECKING:
+    from rewardflow.clickhouse.chdbarrow import ChdbArrowStream
 
 CURSOR_INSERT = "trainer_cursors"
 CURSOR_COLUMNS = ("trainer", "cursor", "rows", "filters")
@@ -55,14 +58,23 @@ class LocalReader:
     """A :class:`Reader` over clickhouse-connect clients in this process.
 
     ``client`` must have been opened with :data:`~.readonly.READONLY_SETTINGS`;
-    ``writer`` opens the connection used for cursor commits (on first use).
+    ``writer`` opens the connection used for cursor commits (on first use);
+    ``arrow_stream`` (chDB only, same settings) streams :meth:`stream_arrow` block by block,
+    which the driver cannot do on chDB.
     """
 
-    def __init__(self, client: Client, description: str, writer: Callable[[], Client] | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        description: str,
+        writer: Callable[[], Client] | None = None,
+        arrow_stream: ChdbArrowStream | None = None,
+    ) -> None:
         self.client = client
         self.description = description
         self._open_writer = writer
         self._writer: Client | None = None
+        self._arrow_stream = arrow_stream
 
     def query_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pa.Table:
         statement = check_read_only(sql)
@@ -76,6 +88,9 @@ class LocalReader:
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
         statement = check_read_only(sql)
+        if self._arrow_stream is not None:
+            yield from self._arrow_stream.stream(statement, parameters)
+            return
         try:
             with self.client.query_arrow_stream(statement, parameters=dict(parameters or {})) as stream:
                 yield from stream
@@ -92,6 +107,8 @@ class LocalReader:
         self._writer.insert(CURSOR_INSERT, [[trainer, cursor, rows, filters]], column_names=list(CURSOR_COLUMNS))
 
     def close(self) -> None:
+        if self._arrow_stream is not None:
+            self._arrow_stream.close()
         self.client.close()
         if self._writer is not None:
             self._writer.close()

@@ -44,26 +44,40 @@ def where_clause(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return " AND ".join(conds), params
 
 
-def rewards_sql(filters: Mapping[str, Any], after: int, upto: int) -> tuple[str, dict[str, Any]]:
+_WINDOW = "_seq > {after:UInt64} AND _seq <= {upto:UInt64}"
+
+
+def duplicates_sql() -> str:
+    """1 if ``FINAL`` would drop any stored row with ``after < _seq <= upto``, else 0 (params after, upto).
+
+    ``FINAL`` only ever drops rows, so equal counts mean the window holds no duplicate at all and
+    :func:`rewards_sql` may skip deduplication. That stays true until the read: rows that appear
+    later have ``_seq`` above the settled horizon, and merges only remove rows ``FINAL`` drops.
+    Cheaper than the ``IN`` set of the deduplicating read (no set of the window's ``_seq`` is built).
+    """
+    return (
+        f"SELECT (SELECT count() FROM rewards FINAL WHERE {_WINDOW}) != "
+        f"(SELECT count() FROM rewards WHERE {_WINDOW}) AS duplicates"
+    )
+
+
+def rewards_sql(filters: Mapping[str, Any], after: int, upto: int, *, dedup: bool = True) -> tuple[str, dict[str, Any]]:
     """Rows of ``rewards FINAL`` with ``after < _seq <= upto`` matching ``filters``, ordered by ``_seq``.
 
     Same rows as ``SELECT … FROM rewards FINAL WHERE … ORDER BY _seq``, but the ``FINAL``
     merge does not carry the wide columns (maps above all): it runs in a subquery over the
     key, version and filter columns only and yields the ``_seq`` of the surviving rows; the
     outer read (no FINAL) keeps exactly the rows with those ``_seq`` values. That is exact
-    because a row's ``_seq`` is unique and a merge never changes it. 1.2-1.5x faster than the
-    one-step FINAL read, on merged and on unmerged parts (bench/bench_sink.py). Lazy
-    materialisation (``ORDER BY … LIMIT``) was measured too: faster on many unmerged parts,
-    slower on merged ones (random reads), so it is not used.
+    because a row's ``_seq`` is unique and a merge never changes it. The outer read comes
+    from the projection ``by_seq`` (the rows sorted by ``_seq``), so ``ORDER BY _seq`` is a
+    merge of sorted parts, not a sort of the wide rows (which was 80-90% of an export).
+    ``dedup=False`` (only when :func:`duplicates_sql` says the window has none) leaves out
+    the ``FINAL`` subquery.
     """
     cond, params = where_clause(filters)
     extra = f" AND {cond}" if cond else ""
-    window = "_seq > {after:UInt64} AND _seq <= {upto:UInt64}"
-    sql = (
-        f"SELECT {SELECT_COLUMNS} FROM rewards "
-        f"WHERE {window} AND _seq IN (SELECT _seq FROM rewards FINAL WHERE {window}{extra}) "
-        "ORDER BY _seq"
-    )
+    keep = f" AND _seq IN (SELECT _seq FROM rewards FINAL WHERE {_WINDOW}{extra})" if dedup else extra
+    sql = f"SELECT {SELECT_COLUMNS} FROM rewards WHERE {_WINDOW}{keep} ORDER BY _seq"
     return sql, {**params, "after": after, "upto": upto}
 
 

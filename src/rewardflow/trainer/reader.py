@@ -28,8 +28,14 @@ position (``trainer_cursors``) and ``horizon`` is the id of "now minus
 ``trainer=None`` makes a snapshot reader: it starts from the beginning and
 cannot commit. One reader per trainer name at a time. Filters (checkpoint, spec version,
 surface, arm, only_final) narrow what this trainer receives; rows filtered out
-are behind its cursor afterwards and are not offered to it later. Blocking:
-iteration runs one streamed query; :meth:`commit` one small insert.
+are behind its cursor afterwards and are not offered to it later.
+
+Speed: the rows come from the ``by_seq`` projection (rows sorted by ``_seq``),
+so no sort of the wide rows; deduplication runs only when a count says the
+window holds a duplicate (:mod:`.query`); on chDB the result is streamed
+block by block. A reader cut short (closed mid-iteration) raises instead of
+ending, so its position never jumps to the horizon. Blocking: iteration runs
+three small queries and one streamed one; :meth:`commit` one small insert.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import pyarrow as pa
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.readers import Reader
 from rewardflow.settings import Settings, load_settings
-from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql
+from rewardflow.trainer.query import count_sql, cursor_of, duplicates_sql, horizon_sql, rewards_sql
 
 
 class RewardReader:
@@ -102,7 +108,9 @@ class RewardReader:
         self._position, self._handed = start, 0
         if horizon <= start:
             return
-        sql, params = rewards_sql(self.filters, start, horizon)
+        window = {"after": start, "upto": horizon}
+        dedup = bool(self._reader.query_arrow(duplicates_sql(), window).column(0)[0].as_py())
+        sql, params = rewards_sql(self.filters, start, horizon, dedup=dedup)
         for batch in _rechunk(self._reader.stream_arrow(sql, params), self.batch_rows):
             self._position = int(batch.column("_seq")[-1].as_py())
             self._handed += batch.num_rows

@@ -1,0 +1,149 @@
+"""Streamed Arrow reads from the chDB engine of this process, block by block.
+
+clickhouse-connect's chDB backend cannot stream Arrow: chDB emits every block
+as a complete Arrow stream, so the driver runs ``ArrowStream`` queries to the
+end and hands back one buffer of the whole result (a second copy of it, and
+nothing for the caller until the last row is formatted). :class:`ChdbArrowStream`
+reads the same statement through its own chDB connection handle (chDB allows
+any number of handles on the engine this process hosts) with ``send_query``,
+and turns each block into record batches as soon as ClickHouse has it.
+
+The handle is opened with the reader's session settings, ``readonly`` last
+(like every read connection: after it no setting can change). Parameters are
+bound exactly as clickhouse-connect binds them (server-side ``{name:Type}``).
+``LowCardinality`` columns leave ClickHouse as Arrow dictionaries (its
+conversion of them to plain strings is slow) and are decoded here, so the
+batches have exactly the types of the driver's Arrow (plain strings).
+Not thread-safe; one per reader.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from rewardflow.clickhouse.ddl import quote_ident
+from rewardflow.clickhouse.errors import QueryError, clean_message, error_code
+
+
+class ChdbArrowStream:
+    """Arrow record batches of read statements on the chDB engine at ``path`` (owned by this process).
+
+    Each running stream has a handle of its own, taken from a pool and given back when the stream
+    ends, so streams may run side by side (the owner's read endpoint serves one per request thread).
+    """
+
+    def __init__(self, path: Path, database: str | None, settings: Mapping[str, Any]) -> None:
+        self._path = path
+        self._database = database
+        self._settings = dict(settings)
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+        self._running: dict[int, Any] = {}  # id(result) -> the streaming result, while it is read
+        self._closed = False
+
+    def _open_handle(self) -> Any:
+        import chdb
+
+        conn = chdb.connect(os.path.realpath(self._path))  # type: ignore[no-untyped-call]
+        try:
+            if self._database:
+                conn.query(f"USE {quote_ident(self._database)}", "TabSeparated")
+            for key, value in {**_STREAM_SETTINGS, **self._settings}.items():
+                conn.query(f"SET {key} = {_literal(value)}", "TabSeparated")
+        except Exception:
+            conn.close()
+            raise
+        return conn
+
+    def _take(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise QueryError("the reader is closed")
+            if self._idle:
+                return self._idle.pop()
+        return self._open_handle()
+
+    def _give_back(self, conn: Any) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def stream(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+        """Run ``sql`` (already checked read-only) and yield its batches in order; errors as QueryError.
+
+        A stream cut short by :meth:`close` raises instead of ending: a caller must never take
+        that for the end of the rows.
+        """
+        from clickhouse_connect.driver.binding import bind_query
+
+        query, bound = bind_query(sql, dict(parameters or {}))
+        params = {(k[6:] if k.startswith("param_") else k): v for k, v in bound.items()}
+        conn = self._take()
+        result: Any = None
+        try:
+            try:
+                result = conn.send_query(query, "ArrowStream", params=params)
+            except Exception as exc:
+                raise QueryError(clean_message(exc), error_code(exc)) from None
+            with self._lock:
+                self._running[id(result)] = result
+            while True:
+                try:
+                    chunk = next(result)
+                except StopIteration:
+                    with self._lock:
+                        if id(result) not in self._running:
+                            raise QueryError("the stream was closed before its end (reader closed)") from None
+                    return
+                except Exception as exc:
+                    raise QueryError(clean_message(exc), error_code(exc)) from None
+                for batch in pa.ipc.open_stream(chunk.bytes()):
+                    yield _decoded(batch)
+        finally:
+            # end the query before the handle is reused or closed (a stream left open makes the
+            # handle answer the next query with nothing; one cancelled after its handle closed hangs)
+            if result is not None:
+                with self._lock:
+                    self._running.pop(id(result), None)
+                result.close()
+            self._give_back(conn)
+
+    def close(self) -> None:
+        """Cut the running streams short and close the handles (busy ones when their stream ends). Idempotent."""
+        with self._lock:
+            self._closed = True
+            running, self._running = list(self._running.values()), {}
+            idle, self._idle = self._idle, []
+        for result in running:
+            result.close()
+        for conn in idle:
+            conn.close()
+
+
+_STREAM_SETTINGS: dict[str, Any] = {"output_format_arrow_low_cardinality_as_dictionary": 1}
+
+
+def _decoded(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its dictionary columns decoded to their value type (nullability kept)."""
+    if not any(pa.types.is_dictionary(f.type) for f in batch.schema):
+        return batch
+    fields, columns = [], []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        if pa.types.is_dictionary(field.type):
+            column = column.dictionary_decode()
+            field = pa.field(field.name, column.type, field.nullable, field.metadata)
+        fields.append(field)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, batch.schema.metadata))
+
+
+def _literal(value: Any) -> str:
+    return str(value) if isinstance(value, int) else "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
