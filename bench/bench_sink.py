@@ -214,7 +214,8 @@ def main() -> None:
         from rewardflow.settings import load_settings
 
         port, cport = free_ports(2)
-        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka")
+        broker = LocalBroker(load_settings().home, port, cport, partitions=args.partitions, data_dir=tmp / "kafka",
+                             die_with_parent=True)
         bootstrap = broker.up(timeout=120).bootstrap
     dsn = f"chdb://{tmp / 'chdb'}"
     overrides: dict[str, Any] = {"clickhouse_dsn": SecretStr(dsn), "kafka_bootstrap": bootstrap, "home": tmp}
