@@ -38,7 +38,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from rewardflow.client import EventProducer, ProducerConfig
+from rewardflow.client import EventProducer, ProducerConfig, speedups
 from rewardflow.events.models import Envelope
 from rewardflow.events.samples import sample_events
 from rewardflow.events.wire import FORMAT_HEADER, decode_record, encode_avro, encode_json
@@ -165,6 +165,7 @@ def main() -> None:
     print(f"| {'raw confluent-kafka':<32} | {raw:>24,.0f} |")
     print(f"| {'ratio SDK / raw':<32} | {sdk / raw:>24.2f} |")
     print(f"| {'raw, one record per event':<32} | {single:>24,.0f} |")
+    print(f"\nSDK event writers: {speedups.status()}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "events": args.events, "format": args.format, "avro_writer": args.avro_writer, "partitions": args.partitions,
@@ -173,6 +174,7 @@ def main() -> None:
         "median_raw_per_event_events_s": single,
         "config": {k: v for k, v in config.resolve(settings).kafka.items() if "sasl" not in k},
         "max_delay_ms": args.max_delay_ms, "python": platform.python_version(), "cpus": os.cpu_count(),
+        "sdk_writers": speedups.status(),
     }, indent=2))
     print(f"\nwrote {RESULTS}")
 

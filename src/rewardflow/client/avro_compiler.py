@@ -90,7 +90,7 @@ def _body(gen: Codegen, fields: list[dict[str, Any]], start: int, memo_len: int,
             _memo_run(gen, fields[i:i + memo_len], exprs)
             i += memo_len
         elif fields[i]["name"] in constants:
-            gen.parts.append(repr(_encode_constant(fields[i]["type"], constants[fields[i]["name"]], named)))
+            gen.parts.append(repr(encode_constant(fields[i]["type"], constants[fields[i]["name"]], named)))
             i += 1
         else:  # a run of ordinary fields, up to the next memo run or constant
             j = i + 1
@@ -116,7 +116,8 @@ def _define(gen: Codegen, indent: str, head: list[str], title: str, tail: str = 
     return fn
 
 
-def _encode_constant(schema: Any, value: Any, named: dict[str, Any]) -> bytes:
+def encode_constant(schema: Any, value: Any, named: dict[str, Any]) -> bytes:
+    """The Avro binary of ``value`` as ``schema`` (fastavro; done once per constant)."""
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, fastavro.parse_schema(schema, named_schemas=dict(named)), value)
     return buf.getvalue()

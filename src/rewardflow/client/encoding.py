@@ -8,14 +8,17 @@ occupies inside a session batch record; a record is the batch's *head*
 :func:`~rewardflow.events.wire.decode_record` reads them:
 
 * avro: piece = the event's branch index in the ``EventBatch`` union + the
-  event's Avro body, written by a writer compiled from the event's schema
-  (:mod:`rewardflow.client.avro_compiler`; byte-identical to fastavro and
-  about 3x faster here), or by fastavro itself (``writer="fastavro"``, also
-  the fallback for a schema the compiler does not handle); head = magic 0,
+  event's Avro body, written by the C extension's writer run from the
+  event's schema (:mod:`rewardflow.client.speedups`, when built), else by a
+  writer compiled to Python from the schema
+  (:mod:`rewardflow.client.avro_compiler`; the C writer's fallback too), or by
+  fastavro itself (``writer="fastavro"``, also the fallback for a schema the
+  compilers do not handle). All write fastavro's bytes. head = magic 0,
   schema id, ``batch_id``, ``session_id``; then the array block count, the
   pieces, and the end-of-array byte.
-* json: piece = ``orjson.dumps(event.__dict__)`` (nested models by their ``__dict__``); record =
-  ``{"batch_id":…,"session_id":…,"events":[piece,piece,…]}``.
+* json: piece = ``orjson.dumps(event.__dict__)`` (nested models by their
+  ``__dict__``), written by the C extension's JSON writer when built (the
+  same bytes); record = ``{"batch_id":…,"session_id":…,"events":[piece,piece,…]}``.
 
 Contract: encoders are pure and take *validated* event models. ``piece``
 raises ``ValueError`` or ``TypeError`` for data that does not fit the schema
@@ -32,9 +35,10 @@ import orjson
 from fastavro import schemaless_writer
 from pydantic import BaseModel
 
+from rewardflow.client import speedups
 from rewardflow.client.avro_compiler import Unsupported, compile_writer, varint
 from rewardflow.events.catalogue import BATCH, EVENT_TYPES, Catalogue, default_catalogue
-from rewardflow.events.models import Envelope
+from rewardflow.events.models import Envelope, Producer
 from rewardflow.events.wire import AVRO, FORMAT_HEADER, JSON
 
 _FRAME = struct.Struct(">bI")
@@ -116,17 +120,28 @@ class AvroBatchEncoder:
 
 
 def _piece_writer(parsed: Any, branch: bytes, name: str, writer: str) -> Writer:
-    """The compiled writer (with the envelope memo if the schema allows), else fastavro's.
+    """The C writer (pure-Python fallback: the compiled Python one), else the compiled Python writer, else fastavro's.
 
     ``event_type`` is compiled as the constant ``name``: the encoder picks this
     writer by the event's ``event_type``, so the value is known.
     """
-    if writer == "compiled":
-        for memo in (ENVELOPE_RUN, ()):
-            try:
-                return compile_writer(parsed, prefix=branch, memo=memo, constants={"event_type": name})
-            except Unsupported:
-                continue
+    if writer == "fastavro":
+        return _fastavro_piece(parsed, branch)
+    pure = _python_piece(parsed, branch, name)
+    try:
+        fast = speedups.avro_writer(parsed, pure, prefix=branch, constants={"event_type": name})
+    except Unsupported:
+        return pure
+    return pure if fast is None else fast
+
+
+def _python_piece(parsed: Any, branch: bytes, name: str) -> Writer:
+    """The writer compiled to Python (with the envelope memo if the schema allows), else fastavro's."""
+    for memo in (ENVELOPE_RUN, ()):
+        try:
+            return compile_writer(parsed, prefix=branch, memo=memo, constants={"event_type": name})
+        except Unsupported:
+            continue
     return _fastavro_piece(parsed, branch)
 
 
@@ -158,10 +173,12 @@ class JsonBatchEncoder:
 
     def __init__(self) -> None:
         self.headers: Headers = [(FORMAT_HEADER, JSON.encode())]
-        self.writers: dict[str, Writer] = {name: _json_piece for name in EVENT_TYPES}
+        write = speedups.json_writer(_json_piece, (Producer,)) or _json_piece
+        self.writers: dict[str, Writer] = {name: write for name in EVENT_TYPES}
 
     def piece(self, event: Envelope) -> bytes:
-        return _json_piece(event.__dict__)
+        fields = event.__dict__
+        return self.writers[fields["event_type"]](fields)
 
     def head(self, batch_id: str, session_id: str) -> bytes:
         return b'{"batch_id":%s,"session_id":%s,"events":[' % (orjson.dumps(batch_id), orjson.dumps(session_id))

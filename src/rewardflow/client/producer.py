@@ -8,10 +8,17 @@ exceed ``max_record_bytes``, or is ``max_delay_ms`` old; a background thread
 when an emitting thread holds the lock, flags them for that thread to send
 on its next ``emit`` (the pump never waits for the emit path's lock).
 
-Cost per event on the hot path: one compiled encoder call (outside the
-lock), one dict lookup and a list append under the lock; per record: one
-``produce`` and one delivery callback. Pending events are bounded without
-reading the delivery ledger per event (a limit refreshed when reached).
+Cost per event on the hot path: with the C extension (``_speedups``, built
+by ``pip install``), one C call: ``EmitCore.emit`` encodes the event with the
+compiled writer of its type and appends it to its session's open batch
+while no other thread holds the producer's lock, the common case; anything
+else (no open batch, a batch to close, the pending bound, due batches, the
+lock busy, an invalid event) goes to the Python path below, which does the
+same under the lock. Without the extension: the Python path for every event
+(one compiled-to-Python encoder call outside the lock, one dict lookup and a
+list append under it). Per record: one ``produce`` and one delivery
+callback. Pending events are bounded without reading the delivery ledger per
+event (a limit refreshed when reached).
 
 Guarantees:
 
@@ -33,14 +40,14 @@ from __future__ import annotations
 import atexit
 import logging
 import struct
-import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Producer
 
+from rewardflow.client import speedups
 from rewardflow.client.batching import SessionBatcher
 from rewardflow.client.config import ProducerConfig
 from rewardflow.client.delivery import DeliveryLedger, ProducerStats
@@ -49,7 +56,7 @@ from rewardflow.client.errors import BufferFull, ProducerClosed, UndeliveredEven
 from rewardflow.client.events_in import TRUSTED, as_model, unencodable
 from rewardflow.client.handoff import KafkaHandoff
 from rewardflow.client.pump import Pump
-from rewardflow.events.models import Envelope
+from rewardflow.events.models import EVENT_MODELS, Envelope
 from rewardflow.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -78,19 +85,22 @@ class EventProducer:
         self.config = (config or ProducerConfig()).resolve(self.settings)
         cfg = self.config
         self._encoder = encoder_for(cfg.wire_format, avro_writer=cfg.avro_writer)
-        self._batcher = SessionBatcher(self._encoder, cfg.max_events, cfg.max_record_bytes, cfg.max_delay_s)
+        self._lock, batch_type = speedups.lock_and_batch_type()
+        self._batcher = SessionBatcher(self._encoder, cfg.max_events, cfg.max_record_bytes, cfg.max_delay_s,
+                                       batch_type=batch_type)
         self._writers, self._open, self._sep = self._encoder.writers, self._batcher.open, len(self._encoder.separator)
         self._ledger = DeliveryLedger()
         self._kafka = kafka_factory(cfg.kafka)
         self._handoff = KafkaHandoff(self._kafka, cfg.topic, self._encoder, self._ledger)
         self._ship = self._handoff.ship
-        self._lock = threading.Lock()
-        self._accepted = 0
-        self._limit = cfg.max_pending_events
-        """``emit`` accepts while ``accepted < limit``; the limit is ``done + max_pending_events``, refreshed lazily."""
-        self._due = False
-        """Set by the pump: batches may be past their delay; whoever holds the lock next sends them."""
-        self._closed = False
+        self._state = speedups.emit_core(EVENT_MODELS, self._writers, self._open, self._lock, self._sep, cfg.max_pending_events)
+        """Counts and flags (changed under the lock, except ``due``): ``accepted``; ``limit`` (``emit`` accepts
+        while ``accepted < limit``; it is ``done + max_pending_events``, refreshed lazily); ``closed``; ``due`` (set by
+        the pump: batches may be past their delay; whoever holds the lock next sends them). With the C extension it
+        is also the common case of ``emit`` (``EmitCore``), else a plain :class:`~rewardflow.client.speedups.EmitState`."""
+        if not isinstance(self._state, speedups.EmitState):  # C: the core's emit is this instance's emit; it calls _emit for all but the common case
+            self._state.set_slow(self._emit)  # type: ignore[attr-defined]
+            self.emit = self._state.emit  # type: ignore[method-assign]
         self._pump = Pump(self._kafka, self._tick, interval_s=min(0.05, max(0.001, cfg.max_delay_s / 4)))
         atexit.register(self._at_exit)
 
@@ -103,20 +113,27 @@ class EventProducer:
         before anything is buffered; ``BufferFull`` when ``max_pending_events``
         stay pending for ``block_timeout_s``; ``ProducerClosed`` after close().
         """
-        if self._closed:
+        self._emit(event, False)  # (with the C extension, the instance's emit is the C core's: see __init__)
+
+    def _emit(self, event: Envelope | Mapping[str, Any], piece: bytes | bool) -> None:
+        """``emit`` in Python, from the event's encoded ``piece`` if the C core made it (else False)."""
+        state = self._state
+        if state.closed:
             raise ProducerClosed("emit() after close()", self.stats)
         model = event if type(event) in TRUSTED else as_model(event)
         fields: dict[str, Any] = model.__dict__  # pydantic's attribute access is slow on this path
-        try:  # encoding is pure: done outside the lock
-            piece = self._writers[fields["event_type"]](fields)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error) as exc:
-            raise unencodable(model, exc) from None  # type: ignore[arg-type]
-        if self._accepted >= self._limit:
+        if piece is False:
+            try:  # encoding is pure: done outside the lock
+                piece = self._writers[fields["event_type"]](fields)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error) as exc:
+                raise unencodable(model, exc) from None  # type: ignore[arg-type]
+        piece = cast(bytes, piece)
+        if state.accepted >= state.limit:
             self._wait_for_room()
         with self._lock:
-            if self._closed:  # (close() may have run meanwhile)
+            if state.closed:  # (close() may have run meanwhile)
                 raise ProducerClosed("emit() after close()", self.stats)
-            if self._due:
+            if state.due:
                 self._send_due()
             batch = self._open.get(fields["session_id"])
             size = len(piece) + self._sep
@@ -124,12 +141,12 @@ class EventProducer:
                 batch.pieces.append(piece)
                 batch.room -= size
                 batch.left -= 1
-                self._accepted += 1
+                state.accepted += 1
                 if not batch.left:
                     self._ship(self._batcher.close(batch))
                 return
             closed = self._batcher.add(fields["session_id"], fields["event_id"], piece)  # may raise RecordTooLarge
-            self._accepted += 1
+            state.accepted += 1
             for batch in closed:
                 self._ship(batch)
 
@@ -137,9 +154,9 @@ class EventProducer:
         """Pump callback: flag that batches may be due; send them now unless another thread holds the lock.
 
         Never waits for the lock: an emitting thread that holds it sends the
-        due batches itself on its next ``emit`` (it sees ``_due``).
+        due batches itself on its next ``emit`` (it sees ``state.due``).
         """
-        self._due = True
+        self._state.due = True
         if self._lock.acquire(blocking=False):
             try:
                 self._send_due()
@@ -148,7 +165,7 @@ class EventProducer:
 
     def _send_due(self) -> None:
         """Under the lock: retry refused batches, send batches past their delay."""
-        self._due = False
+        self._state.due = False
         self._handoff.retry()
         for batch in self._batcher.expired():
             self._ship(batch)
@@ -156,14 +173,15 @@ class EventProducer:
     def _wait_for_room(self) -> None:
         deadline = time.monotonic() + self.config.block_timeout_s
         max_pending = self.config.max_pending_events
+        state = self._state
         while True:
             self._kafka.poll(0)
-            self._limit = self._ledger.done + max_pending
-            if self._accepted < self._limit:
+            state.limit = self._ledger.done + max_pending
+            if state.accepted < state.limit:
                 return
             if time.monotonic() >= deadline:
                 raise BufferFull(
-                    f"{self._accepted - self._ledger.done} events are pending (max_pending_events={max_pending}); "
+                    f"{state.accepted - self._ledger.done} events are pending (max_pending_events={max_pending}); "
                     f"is the broker at {self.config.bootstrap} reachable? The event was not accepted: "
                     "retry it later or call flush()", self.stats)
             with self._lock:
@@ -176,7 +194,7 @@ class EventProducer:
     def stats(self) -> ProducerStats:
         """A consistent snapshot of the counts (``accepted == sent + failed + pending``)."""
         with self._lock:  # delivery callbacks never take this lock, so the ledger can be read inside it
-            accepted, buffered = self._accepted, self._batcher.buffered + self._handoff.waiting_events
+            accepted, buffered = self._state.accepted, self._batcher.buffered + self._handoff.waiting_events
             sent, failed, records, failures = self._ledger.snapshot()
         return ProducerStats(accepted, sent, failed, accepted - sent - failed, buffered, records, failures)
 
@@ -218,7 +236,7 @@ class EventProducer:
         Raises like :meth:`flush`; the pump stops either way. Closing twice is a no-op.
         """
         with self._lock:
-            already, self._closed = self._closed, True
+            already, self._state.closed = self._state.closed, True
         if already:
             return self.stats
         try:

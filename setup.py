@@ -1,0 +1,21 @@
+"""Build of the optional C extension ``rewardflow.client._speedups`` (everything else is in pyproject.toml).
+
+The extension is *optional*: when it cannot be compiled (no C compiler or no
+Python headers) the install still succeeds, setuptools prints a warning, and
+the producer uses its pure-Python writers (``rewardflow.client.speedups``
+logs a notice). ``REWARDFLOW_BUILD_SPEEDUPS=0`` skips the build on purpose.
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+ext_modules = []
+if os.environ.get("REWARDFLOW_BUILD_SPEEDUPS", "1").strip() not in ("0", "false", "no"):
+    ext_modules.append(Extension(
+        "rewardflow.client._speedups",
+        sources=["src/rewardflow/client/_speedups.c"],
+        optional=True,
+    ))
+
+setup(ext_modules=ext_modules)
