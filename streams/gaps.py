@@ -109,7 +109,9 @@ class GapGuard:
             os._exit(70)
         for m in msgs[i:]:
             m.acked = True  # Faust then never acks them: its commit stays below the hole
-        await self.app.consumer.seek(tp, expected)
+        # seek_wait runs the seek in Faust's consumer thread: a plain seek() from this loop races
+        # aiokafka's fetcher there (seen: KeyError in Fetcher.fetched_records, then a worker crash)
+        await self.app.consumer.seek_wait({tp: expected})
         self._drop_faust_gaps(tp, expected)
         return msgs[:i]
 

@@ -44,7 +44,8 @@ class OutputSender:
     """One idempotent librdkafka producer; see the module doc for the contract."""
 
     def __init__(self, client_config: dict[str, Any], *, max_message_bytes: int, client_id: str) -> None:
-        self._producer = Producer({
+        """Connects lazily: the librdkafka producer is made at the first :meth:`send`."""
+        self._config = {
             **client_config,
             "client.id": client_id,
             "enable.idempotence": True,
@@ -54,10 +55,17 @@ class OutputSender:
             "compression.type": "lz4",
             "message.max.bytes": max_message_bytes + 65_536,
             "queue.buffering.max.kbytes": 262_144,
-        })
+        }
+        self._producer_: Any = None
         self._lock = threading.Lock()
         self._failure: str | None = None
         self.pending = 0
+
+    @property
+    def _producer(self) -> Any:
+        if self._producer_ is None:
+            self._producer_ = Producer(self._config)
+        return self._producer_
 
     def send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None = None) -> None:
         """Queue one record (see the module doc); a refused record raises :class:`SendFailed`."""
@@ -102,4 +110,4 @@ class OutputSender:
 
     def close(self, timeout_s: float = 10.0) -> int:
         """Flush what is queued; returns the number of records still undelivered."""
-        return int(self._producer.flush(timeout_s))
+        return 0 if self._producer_ is None else int(self._producer_.flush(timeout_s))
