@@ -76,11 +76,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture
 def deployment(kafka_broker: Any, tmp_path: Path, stack: contextlib.ExitStack,
                logs: list[tuple[str, Callable[[], str]]]) -> Callable[..., Deployment]:
-    def make(bootstrap: str | None = None) -> Deployment:
+    def make(bootstrap: str | None = None, **overrides: Any) -> Deployment:
         prefix = f"f{uuid.uuid4().hex[:10]}."
         workdir = tmp_path / prefix.strip(".")
         workdir.mkdir()
-        worker = WorkerProcess(bootstrap or kafka_broker.bootstrap, prefix, workdir, **FAULT_SETTINGS)
+        worker = WorkerProcess(bootstrap or kafka_broker.bootstrap, prefix, workdir, **{**FAULT_SETTINGS, **overrides})
         stack.callback(_release, worker)
         logs.append((f"worker log ({worker.log_path})", worker.log_tail))
         ensure_topics(worker.settings)

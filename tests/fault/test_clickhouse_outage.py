@@ -52,10 +52,12 @@ def test_clickhouse_down_for_seconds_mid_stream_loses_and_duplicates_nothing(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, caplog: pytest.LogCaptureFixture,
         record_property: Any) -> None:
     caplog.set_level(logging.WARNING, logger="rewardflow.clickhouse.sink")
-    d = deployment()
+    # small worker batches: the whole workload would otherwise reach the sink in a handful of
+    # large records, and the outage must begin while rows are still arriving
+    d = deployment(worker_batch_records=20)
     workload = build_workload(d.settings, SEED)
     stop_merges(ch_db.client)
-    outage = Outage(after=6, seconds=OUTAGE_S)  # the worker emits few large records: a few inserts in
+    outage = Outage(after=3, seconds=OUTAGE_S)
     settings = d.sink_settings(ch_db.dsn.secret)
     sink = SinkThread(settings, fault=outage)
     stack.callback(sink.stop)
@@ -65,7 +67,11 @@ def test_clickhouse_down_for_seconds_mid_stream_loses_and_duplicates_nothing(
     sending = threading.Thread(target=sender.send, args=(workload.items,), name="fault-sender")
     sending.start()
     stack.callback(sending.join, 180)
-    assert outage.began.wait(120), "the sink never reached its 7th insert"
+    if not outage.began.wait(120):
+        sink.check()
+        raise AssertionError(f"the sink never reached its 4th insert: {outage.calls} insert calls, sink "
+                             f"{sink.sink.metrics.snapshot()}, sending={sending.is_alive()}, "
+                             f"worker alive={d.worker.alive}, sink committed={committed(settings, sink_group(settings))}")
     mid_stream = sending.is_alive()
     time.sleep(0.5)
     during = committed(settings, sink_group(settings))
