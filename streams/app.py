@@ -208,7 +208,7 @@ class JoinWorker:
             if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
                 log.log(logging.WARNING if _DEBUG_BATCHES else logging.DEBUG, "batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
                           partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed, not was_ready, proc.wm,
-                          proc._prune_wm, len(out.late), len(out.valid))
+                          proc.prune_wm, len(out.late), len(out.valid))
             mark = time.perf_counter()
             self.store.send_queued()
             self._emit(out, partition)

@@ -151,6 +151,11 @@ class PartitionProcessor:
         self._settle_due(offset, by, cache, touched, out)
         self._close_windows(offset, out)
 
+    @property
+    def prune_wm(self) -> int | None:
+        """The watermark seen ids are pruned at: that of the committed offset (None: unknown yet)."""
+        return self._prune_wm
+
     def expected_offset(self) -> int | None:
         """The offset this partition's next new record should have, or None when unknown.
 
