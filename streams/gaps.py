@@ -24,7 +24,8 @@ contiguous), so every restart would replay from there. Then ``admit``:
 When the broker no longer has the records (retention deleted them before they
 were processed), the loss is logged as an error and counted in
 ``offset_gap_records_lost``; processing goes on from what exists. After
-``max_attempts`` seeks without progress the process exits with code 70 without
+``max_attempts`` seeks without progress (at most one per ``RESEEK_S`` for the same
+offset: messages queued before a seek keep arriving) the process exits with code 70 without
 committing, rather than skip anything silently.
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +43,7 @@ from rewardflow_streams.metrics import WorkerMetrics
 
 log = logging.getLogger("rewardflow.streams")
 _END = 2**63 - 1
+RESEEK_S = 1.0
 
 
 class GapGuard:
@@ -53,11 +56,13 @@ class GapGuard:
         self._attempts: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset Faust should deliver, per partition
         self._first: dict[int, int] = {}  # first offset delivered since the assignment
+        self._sought: dict[int, tuple[int, float]] = {}  # partition -> (offset, monotonic time) of the last seek
 
     def reset(self) -> None:
         """After a rebalance Faust delivers each partition from its committed offset again."""
         self._next.clear()
         self._first.clear()
+        self._sought.clear()
 
     def first_delivered(self, partition: int) -> int | None:
         """The first offset processed since the assignment: no replay can start before it."""
@@ -79,6 +84,7 @@ class GapGuard:
             nxt = max(nxt, m.offset + 1)
         self._delivered(partition, msgs, nxt)
         self._attempts.pop(partition, None)
+        self._sought.pop(partition, None)
         return msgs
 
     def _delivered(self, partition: int, msgs: list[Any], nxt: int) -> None:
@@ -97,6 +103,14 @@ class GapGuard:
                       "they were processed; going on from offset %d", lost, tp.topic, partition, expected,
                       min(got, earliest))
             return msgs
+        for m in msgs[i:]:
+            m.acked = True  # Faust then never acks them: its commit stays below the hole
+        sought = self._sought.get(partition)
+        if sought is not None and sought[0] == expected and time.monotonic() - sought[1] < RESEEK_S:
+            # already reading again from there: messages Faust had queued before that seek keep
+            # arriving; seeking again for each of them would restart the re-read every time
+            self._drop_faust_gaps(tp, expected)
+            return msgs[:i]
         n = self._attempts[partition] = self._attempts.get(partition, 0) + 1
         if n == 1:
             self.metrics.counters["offset_gaps"] += 1
@@ -107,11 +121,10 @@ class GapGuard:
             log.critical("%s[%d]: offset %d still missing after %d seeks; exiting without commit",
                          tp.topic, partition, expected, n - 1)
             os._exit(70)
-        for m in msgs[i:]:
-            m.acked = True  # Faust then never acks them: its commit stays below the hole
         # seek_wait runs the seek in Faust's consumer thread: a plain seek() from this loop races
         # aiokafka's fetcher there (seen: KeyError in Fetcher.fetched_records, then a worker crash)
         await self.app.consumer.seek_wait({tp: expected})
+        self._sought[partition] = (expected, time.monotonic())
         self._drop_faust_gaps(tp, expected)
         return msgs[:i]
 
