@@ -48,6 +48,7 @@ from rewardflow.core.processor import TICK, PartitionProcessor, record_format
 from rewardflow.provision import dead_letter_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
+from rewardflow_streams.commits import CommitLedger, confirmed_offset
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.sender import OutputSender, SendFailed
@@ -98,6 +99,7 @@ class JoinWorker:
             stream_wait_empty=False,
             table_standby_replicas=0,
             broker_commit_interval=1.0,
+            TableManager=CommitLedger,  # records only the commits the broker confirmed
         )
         raw = dict(key_serializer="raw", value_serializer="raw")
         self.raw_topic = self.app.topic(settings.topic(T.RAW), partitions=settings.partitions, **raw)
@@ -123,6 +125,9 @@ class JoinWorker:
         # "p:offset,p:offset": records whose first delivery is lost (tests of the gap guard only)
         self._fault_skip = {(int(p), int(o)) for p, o in (x.split(":") for x in
                             os.environ.get("RF_FAULT_SKIP_RAW", "").split(",") if x)}
+        # "p:offset": commits of raw partition p past offset fail as during a rebalance (fault tests only)
+        fail_from = os.environ.get("RF_FAULT_FAIL_COMMITS_FROM", "")
+        self._fault_commit_from = tuple(int(x) for x in fail_from.split(":")) if fail_from else None
         self._out_limit = min(settings.max_record_bytes, _MAX_OUTPUT_RECORD)
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
@@ -134,6 +139,8 @@ class JoinWorker:
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
         s, timed = self.settings, self.metrics.time
+        if self._fault_commit_from is not None:
+            self._install_commit_fault(*self._fault_commit_from)
         clock = time.perf_counter()
         async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
             start = time.perf_counter()
@@ -182,6 +189,27 @@ class JoinWorker:
         log.warning("fault hook: the first delivery of %s[%d]@%d is lost", msg.topic, msg.partition, msg.offset)
         return True
 
+    def _install_commit_fault(self, partition: int, limit: int) -> None:
+        """Fault hook of the tests (``RF_FAULT_FAIL_COMMITS_FROM=p:offset``): a commit of raw
+        partition ``p`` past ``offset`` fails the way aiokafka's ``CommitFailedError: ... already
+        rebalanced`` does: ``_commit`` returns False (the other partitions' offsets are committed),
+        and Faust's ``_committed_offset`` moves on all the same."""
+        consumer, raw = self.app.consumer, self.raw_topic.get_topic_name()
+        real = consumer._commit
+
+        async def commit(offsets: Any) -> bool:
+            refused = {tp: off for tp, off in offsets.items()
+                       if tp.topic == raw and tp.partition == partition and off > limit}
+            if not refused:
+                return bool(await real(offsets))
+            log.warning("fault hook: commit of %s[%d] to %d refused", raw, partition, max(refused.values()))
+            rest = {tp: off for tp, off in offsets.items() if tp not in refused}
+            if rest:
+                await real(rest)
+            return False
+
+        consumer._commit = commit
+
     async def _process(self, partition: int, msgs: list[Any]) -> tuple[list[Any], Outputs] | None:
         """Process one partition's share of a batch and queue its state writes and outputs.
 
@@ -198,9 +226,7 @@ class JoinWorker:
             return None
         try:
             self.store.partition = partition
-            committed = getattr(self.app.consumer, "_committed_offset", {}).get(msgs[0].tp)
-            if committed is None:  # not known to Faust yet: no replay can start before what it delivered
-                committed = self._gaps.first_delivered(partition)
+            committed = self._committed(msgs[0].tp, partition)
             was_ready = proc.ready
             mark = time.perf_counter()
             out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
@@ -218,6 +244,15 @@ class JoinWorker:
                           msgs[0].topic, partition, msgs[0].offset, msgs[-1].offset)
             os._exit(70)
         return msgs, out
+
+    def _committed(self, tp: Any, partition: int) -> int | None:
+        """An offset of ``tp`` no replay can start below: the highest of the broker's committed
+        offset at the assignment and every commit since that the broker confirmed. Never Faust's
+        ``_committed_offset``, which also moves on a failed commit (:mod:`rewardflow_streams.commits`)."""
+        start, done = self._gaps.start_offset(partition), confirmed_offset(self.app, tp)
+        if start is None or (done is not None and done > start):
+            return None if done is None else int(done)
+        return int(start)
 
     def _broker_committed(self, tp: Any) -> int | None:
         """The worker group's committed offset of ``tp`` (blocking admin call; None when none)."""

@@ -55,18 +55,19 @@ class GapGuard:
         self._committed_of = committed_of  # the group's committed offset of a partition, from the broker
         self._attempts: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset Faust should deliver, per partition
-        self._first: dict[int, int] = {}  # first offset delivered since the assignment
+        self._start: dict[int, int] = {}  # where delivery resumed after the assignment (broker commit)
         self._sought: dict[int, tuple[int, float]] = {}  # partition -> (offset, monotonic time) of the last seek
 
     def reset(self) -> None:
         """After a rebalance Faust delivers each partition from its committed offset again."""
         self._next.clear()
-        self._first.clear()
+        self._start.clear()
         self._sought.clear()
 
-    def first_delivered(self, partition: int) -> int | None:
-        """The first offset processed since the assignment: no replay can start before it."""
-        return self._first.get(partition)
+    def start_offset(self, partition: int) -> int | None:
+        """Where Faust resumed ``partition`` after the assignment (the group's committed offset as
+        the broker reported it then): no replay can start before it. None before the first batch."""
+        return self._start.get(partition)
 
     async def admit(self, proc: PartitionProcessor, partition: int, msgs: list[Any]) -> list[Any]:
         """The messages to process now: all of them, or those before the first hole."""
@@ -74,7 +75,7 @@ class GapGuard:
             return msgs
         nxt = self._next.get(partition)
         if nxt is None:
-            nxt = await self._start_offset(msgs[0].tp, proc)
+            nxt = self._start[partition] = await self._start_offset(msgs[0].tp, proc)
         self._drop_faust_gaps(msgs[0].tp, nxt)
         for i, m in enumerate(msgs):
             if m.offset > nxt:
@@ -89,7 +90,6 @@ class GapGuard:
 
     def _delivered(self, partition: int, msgs: list[Any], nxt: int) -> None:
         if msgs:
-            self._first.setdefault(partition, msgs[0].offset)
             nxt = max(nxt, max(m.offset for m in msgs) + 1)
         self._next[partition] = nxt
 
@@ -130,10 +130,14 @@ class GapGuard:
 
     async def _start_offset(self, tp: Any, proc: PartitionProcessor) -> int:
         """Where Faust resumes a partition after an assignment: the group's committed offset, else
-        the log start (a partition never committed is read from the beginning)."""
-        committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp)
+        the log start (a partition never committed is read from the beginning).
+
+        Asked of the broker: Faust's own ``_committed_offset`` also moves on a commit that failed
+        (see :mod:`rewardflow_streams.commits`); it is only the fallback when the broker cannot say.
+        """
+        committed = await asyncio.to_thread(self._committed_of, tp)
         if committed is None:
-            committed = await asyncio.to_thread(self._committed_of, tp)
+            committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp)
         earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
         return max(earliest, committed or 0)
 

@@ -1,0 +1,51 @@
+"""Which source offsets the broker has really committed, as far as this worker knows.
+
+Why: the core prunes the ids it uses to recognise a replayed record, and deletes
+the stored window closes it would re-emit, once the source partition's commit
+has passed them (``PartitionProcessor.process_batch(committed=...)``). That is
+only safe if the offset really is committed on the broker: a replay after a
+crash or a rebalance starts there.
+
+Faust's consumer keeps its own ``_committed_offset``, but updates it even when
+the commit failed (aiokafka's ``CommitFailedError: ... already rebalanced``
+makes ``_commit`` return False; the map is updated anyway). A worker that
+processed on between that failed commit and the next assignment pruned the
+seen ids of records the new generation then read again, and judged their
+events late. Seen in the kill -9 fault test, with several dead members of the
+group expiring one after another.
+
+Faust calls ``TableManager.on_commit`` only after a successful commit, so
+:class:`CommitLedger`, installed as the app's ``TableManager``, records exactly
+the confirmed offsets. Contract: :attr:`CommitLedger.confirmed` maps a source
+partition to the highest offset (next offset to read) the broker acknowledged
+for this worker's group; it only grows, and holds nothing for a partition this
+process never committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+from faust.tables import TableManager
+
+
+class CommitLedger(TableManager):  # type: ignore[misc]  # faust's classes are untyped here
+    """Faust's table manager, plus the offsets of every commit the broker confirmed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.confirmed: dict[Any, int] = {}
+
+    def on_commit(self, offsets: MutableMapping[Any, int]) -> None:
+        """Called by Faust's consumer after a commit succeeded (never after a failed one)."""
+        super().on_commit(offsets)
+        for tp, offset in offsets.items():
+            if offset is not None and offset > self.confirmed.get(tp, -1):
+                self.confirmed[tp] = offset
+
+
+def confirmed_offset(app: Any, tp: Any) -> int | None:
+    """The highest offset of ``tp`` whose commit this process saw confirmed, or None."""
+    ledger = getattr(app.tables, "confirmed", None)
+    return None if ledger is None else ledger.get(tp)
