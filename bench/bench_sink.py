@@ -24,6 +24,12 @@ For each run and each table (``rewards``; ``events`` too with ``--tables rewards
    reference, the same read (same plan: duplicate check, then the ``by_seq``
    projection in ``_seq`` order) without the four Map columns.
 
+6. export at scale (rewards, ``--export-rows``, default 1M; 0 skips it): the rows are
+   inserted with ``insert_arrow`` in ``sink_batch_rows`` slices (the parts the sink
+   writes, not merged), then a snapshot :class:`RewardReader` reads them all,
+   ``--runs`` times, beside its floor: the engine's own ``ArrowStream`` output of
+   the same statement (chunks counted, not parsed) on a chDB handle of this process.
+
 Reports medians of the runs, the ratio sink / raw insert_arrow (target >= 0.5),
 sink / raw JSON, and export rows/s (target >= 1M), prints a table and writes
 ``bench/results/sink.json`` (with the machine's load average: the numbers
@@ -195,6 +201,49 @@ def run_export(settings: Settings, db: str) -> tuple[float, int]:
     return elapsed, n
 
 
+def run_export_scale(settings: Settings, dsn: str, rows: int, runs: int) -> dict[str, Any]:
+    """Export of ``rows`` as-written rows vs the engine's own Arrow output of the same statement."""
+    import chdb
+
+    from clickhouse_connect.driver.binding import bind_query
+
+    from rewardflow.trainer.query import rewards_sql
+
+    name = f"bench_export_{uuid.uuid4().hex[:6]}"
+    client = fresh_db(dsn, name)
+    step = 100_000
+    for k in range(0, rows, step):  # built in slices: a million dict rows at once would cost GBs
+        arrow = arrow_table("rewards", [reward_row(i) for i in range(k, min(rows, k + step))])
+        for offset in range(0, arrow.num_rows, settings.sink_batch_rows):
+            client.insert_arrow("rewards", arrow.slice(offset, settings.sink_batch_rows))
+    client.close()
+    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=False)
+    query, bound = bind_query(sql, params)
+    conn = chdb.connect(str(parse_dsn(dsn).path))
+    conn.query(f"USE {name}", "TabSeparated")
+    for key, value in (("output_format_arrow_low_cardinality_as_dictionary", "1"),
+                       ("output_format_arrow_compression_method", "'none'")):
+        conn.query(f"SET {key} = {value}", "TabSeparated")
+
+    def engine() -> float:
+        start = time.perf_counter()
+        result = conn.send_query(query, "ArrowStream", params={k.removeprefix("param_"): v for k, v in bound.items()})
+        sum(chunk.size() for chunk in result)
+        return time.perf_counter() - start
+
+    exports, floors = [], []
+    for _ in range(runs):
+        floors.append(rows / engine())
+        export_s, n = run_export(settings, name)
+        assert n == rows, (n, rows)
+        exports.append(rows / export_s)
+    conn.close()
+    med = {"rows": rows, "export_rows_s": statistics.median(exports), "engine_arrow_rows_s": statistics.median(floors),
+           "runs": [{"export_rows_s": e, "engine_arrow_rows_s": f} for e, f in zip(exports, floors, strict=True)]}
+    med["ratio"] = med["export_rows_s"] / med["engine_arrow_rows_s"]
+    return med
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap")
@@ -204,6 +253,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tables", default="rewards,events")
     ap.add_argument("--in-flight", type=int, default=2, help="sink inserts in flight")
+    ap.add_argument("--export-rows", type=int, default=1_000_000, help="rows of the export-at-scale step (0: skip)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sink-"))
     broker = None
@@ -258,6 +308,10 @@ def main() -> None:
             med["ratio"] = med["sink_rows_s"] / med["raw_insert_arrow_rows_s"]
             med["ratio_vs_raw_json"] = med["sink_rows_s"] / med["raw_insert_json_rows_s"]
             report["tables"][table] = {"runs": runs, "median": med, "bytes_per_row": sum(map(len, values)) / args.rows}
+        if args.export_rows:
+            report["export_at_scale"] = scale = run_export_scale(settings, dsn, args.export_rows, args.runs)
+            print(f"export at scale ({args.export_rows:,} rows): " + ", ".join(
+                f"{r['export_rows_s']:,.0f} (engine alone {r['engine_arrow_rows_s']:,.0f})" for r in scale["runs"]), flush=True)
     finally:
         owner.close()
         if broker is not None:
@@ -272,6 +326,10 @@ def main() -> None:
                  f"{m['export_arrow_rows_s']:,.0f}" if "export_arrow_rows_s" in m else "-",
                  f"{m['export_arrow_no_maps_rows_s']:,.0f}" if "export_arrow_no_maps_rows_s" in m else "-"]
         print(f"{table:<9}" + "".join(f"{c:>17}" for c in cells))
+    if "export_at_scale" in report:
+        e = report["export_at_scale"]
+        print(f"export at scale, {e['rows']:,} rows as written: {e['export_rows_s']:,.0f} rows/s; engine's own Arrow "
+              f"output of the same SELECT {e['engine_arrow_rows_s']:,.0f}; ratio {e['ratio']:.2f}")
     print(f"(rows/s, medians of {args.runs}; targets: sink/insert_arrow >= 0.5, export >= 1,000,000 rows/s; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     report["load_average_at_end"] = list(os.getloadavg())
