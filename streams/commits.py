@@ -40,8 +40,10 @@ class CommitLedger(TableManager):  # type: ignore[misc]  # faust's classes are u
     def on_commit(self, offsets: MutableMapping[Any, int]) -> None:
         """Called by Faust's consumer after a commit succeeded (never after a failed one)."""
         super().on_commit(offsets)
+        # Faust's driver drops partitions revoked meanwhile from the commit, yet reports them here
+        assigned = self.app.consumer.assignment()
         for tp, offset in offsets.items():
-            if offset is not None and offset > self.confirmed.get(tp, -1):
+            if tp in assigned and offset is not None and offset > self.confirmed.get(tp, -1):
                 self.confirmed[tp] = offset
 
 
