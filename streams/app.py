@@ -249,10 +249,8 @@ class JoinWorker:
         """An offset of ``tp`` no replay can start below: the highest of the broker's committed
         offset at the assignment and every commit since that the broker confirmed. Never Faust's
         ``_committed_offset``, which also moves on a failed commit (:mod:`rewardflow_streams.commits`)."""
-        start, done = self._gaps.start_offset(partition), confirmed_offset(self.app, tp)
-        if start is None or (done is not None and done > start):
-            return None if done is None else int(done)
-        return int(start)
+        known = [c for c in (self._gaps.start_offset(partition), confirmed_offset(self.app, tp)) if c is not None]
+        return max(known) if known else None
 
     def _broker_committed(self, tp: Any) -> int | None:
         """The worker group's committed offset of ``tp`` (blocking admin call; None when none)."""
