@@ -6,7 +6,9 @@ end and hands back one buffer of the whole result (a second copy of it, and
 nothing for the caller until the last row is formatted). :class:`ChdbArrowStream`
 reads the same statement through its own chDB connection handle (chDB allows
 any number of handles on the engine this process hosts) with ``send_query``,
-and turns each block into record batches as soon as ClickHouse has it.
+and turns each block into record batches as soon as ClickHouse has it: a
+pump thread fetches the next blocks while the caller decodes this one, and the
+blocks come uncompressed (in one process, Arrow's lz4 framing only costs CPU).
 
 The handle is opened with the reader's session settings, ``readonly`` last
 (like every read connection: after it no setting can change). Parameters are
@@ -132,8 +134,9 @@ class _Pump:
 
     The engine formats the next block while the caller decodes this one (both release the
     GIL), which is about 10% of an export on two cores. Iterating yields each chunk's bytes in
-    order; an engine error is raised there as QueryError. Only the pump thread touches the
-    result until :meth:`stop` returns, so the result is never used from two threads at once.
+    order; an engine error is raised there as QueryError. Until :meth:`stop` returns only the
+    pump thread iterates the result (:meth:`ChdbArrowStream.close` may still close it from
+    another thread, which ends the iteration, as it did before the pump).
     """
 
     _END = object()
