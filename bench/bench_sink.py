@@ -26,7 +26,8 @@ For each run and each table (``rewards``; ``events`` too with ``--tables rewards
 
 6. export at scale (rewards, ``--export-rows``, default 1M; 0 skips it): the rows are
    inserted with ``insert_arrow`` in ``sink_batch_rows`` slices (the parts the sink
-   writes, not merged), then a snapshot :class:`RewardReader` reads them all,
+   writes, not merged) and, once the engine has no merge running (the earlier
+   steps' databases merge in the background), a snapshot :class:`RewardReader` reads them all,
    ``--runs`` times, beside its floor: the engine's own ``ArrowStream`` output of
    the same statement (chunks counted, not parsed) on a chDB handle of this process.
 
@@ -216,6 +217,10 @@ def run_export_scale(settings: Settings, dsn: str, rows: int, runs: int) -> dict
         arrow = arrow_table("rewards", [reward_row(i) for i in range(k, min(rows, k + step))])
         for offset in range(0, arrow.num_rows, settings.sink_batch_rows):
             client.insert_arrow("rewards", arrow.slice(offset, settings.sink_batch_rows))
+    # the earlier steps' databases are still merging in this process's engine: not the export's work
+    deadline = time.monotonic() + 180
+    while client.command("SELECT count() FROM system.merges") and time.monotonic() < deadline:
+        time.sleep(0.5)
     client.close()
     sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=False)
     query, bound = bind_query(sql, params)

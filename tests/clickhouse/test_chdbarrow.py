@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 
@@ -56,3 +57,22 @@ def test_a_stream_abandoned_midway_frees_its_handle(stream: ChdbArrowStream) -> 
     assert _pumps() == 0
     again = pa.Table.from_batches(list(stream.stream("SELECT number FROM numbers(5)")))  # the same handle
     assert again.column("number").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_batches_outlive_their_stream_and_its_engine_memory(ch_db: ChDatabase) -> None:
+    """The batches reference the engine's result memory (no copy): it must live as long as they do."""
+    if not ch_db.dsn.embedded:
+        pytest.skip("ChdbArrowStream serves the embedded engine only")
+    assert ch_db.dsn.path is not None
+    s = ChdbArrowStream(ch_db.dsn.path, ch_db.name, {})
+    batches = list(s.stream(f"SELECT number, repeat(toString(number), 3) AS s FROM numbers({ROWS})"))
+    s.close()
+    del s
+    churn = ChdbArrowStream(ch_db.dsn.path, ch_db.name, {})  # new results reuse whatever memory was freed
+    for _ in range(3):
+        assert sum(b.num_rows for b in churn.stream(f"SELECT repeat('x', 40) AS y FROM numbers({ROWS})")) == ROWS
+    churn.close()
+    gc.collect()
+    table = pa.Table.from_batches(batches)
+    assert table.column("number").to_pylist() == list(range(ROWS))
+    assert table.column("s").to_pylist() == [str(i) * 3 for i in range(ROWS)]

@@ -154,7 +154,7 @@ class _Pump:
             for chunk in self._result:
                 if self._stopping.is_set():
                     break
-                self._put(chunk.bytes())
+                self._put(_buffer(chunk))
         except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
             item = QueryError(clean_message(exc), error_code(exc))
         self._put(item)
@@ -167,7 +167,7 @@ class _Pump:
             except queue.Full:
                 continue
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[pa.Buffer]:
         while True:
             item = self._queue.get()
             if item is self._END:
@@ -180,6 +180,20 @@ class _Pump:
         """Stop fetching and wait for the thread (at most the chunk being fetched). Idempotent."""
         self._stopping.set()
         self._thread.join()
+
+
+def _buffer(chunk: Any) -> pa.Buffer:
+    """The chunk's bytes as an Arrow buffer, without a copy.
+
+    chDB's ``get_memview()`` object holds a shared pointer to the chunk's memory, but the
+    memoryview its ``view()`` returns does not hold that object; the buffer does (``base``), so
+    the memory lives as long as any batch read from it.
+    """
+    owner = chunk.get_memview()
+    view = owner.view()
+    if not len(view):
+        return pa.py_buffer(b"")
+    return pa.foreign_buffer(pa.py_buffer(view).address, len(view), base=owner)
 
 
 _STREAM_SETTINGS: dict[str, Any] = {"output_format_arrow_low_cardinality_as_dictionary": 1,
