@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import fastavro
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
 
 from rewardflow.client.avro_compiler import Unsupported, compile_writer, varint
 from rewardflow.events.catalogue import default_catalogue
 from rewardflow.events.models import EVENT_MODELS, Envelope
 from rewardflow.events.samples import sample_events
-
-
-def fastavro_bytes(parsed: Any, datum: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, parsed, datum)
-    return buf.getvalue()
+from tests.client.generic import GENERIC, Inner, Outer, fastavro_bytes
 
 
 EVENTS = sample_events(5_000, seed=21)
@@ -60,32 +53,6 @@ def test_text_longer_than_the_length_table() -> None:
     follow = _with(next(e for e in EVENTS if e.event_type == "FollowUp"), text_redacted="é" * 16_384)  # 32 KiB of UTF-8
     parsed = default_catalogue().writer("FollowUp").parsed
     assert compile_writer(parsed)(follow.__dict__) == fastavro_bytes(parsed, follow.model_dump())
-
-
-class Inner(BaseModel):
-    x: float
-    raw: bytes
-
-
-class Outer(BaseModel):
-    n: int
-    inner: Inner
-    maybe: Inner | None = None
-    tail: str | None = None
-    color: str | None = None
-    flag: bool | None = None
-
-
-GENERIC = fastavro.parse_schema({
-    "type": "record", "name": "Outer", "fields": [
-        {"name": "n", "type": "long"},
-        {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [
-            {"name": "x", "type": "float"}, {"name": "raw", "type": "bytes"}]}},
-        {"name": "maybe", "type": ["null", "Inner"], "default": None},
-        {"name": "tail", "type": ["string", "null"]},
-        {"name": "color", "type": ["null", {"type": "enum", "name": "Color", "symbols": ["red", "green"]}]},
-        {"name": "flag", "type": ["boolean", "null"]},
-    ]})
 
 
 @settings(max_examples=300, deadline=None)

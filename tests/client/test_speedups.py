@@ -8,7 +8,6 @@ the fallback without the extension, and the extension's ``Lock``.
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -31,6 +30,7 @@ from rewardflow.events.models import EVENT_MODELS, Envelope, Producer
 from rewardflow.events.samples import sample_events
 from rewardflow.events.validate import validate_event
 from rewardflow.events.wire import decode_record, encode_avro, encode_json
+from tests.client.generic import GENERIC, Inner, Outer, fastavro_bytes
 
 compiled = pytest.mark.skipif(not speedups.AVAILABLE, reason=f"C extension not built: {speedups.status()}")
 EVENTS = sample_events(6_000, seed=17)
@@ -187,40 +187,6 @@ def test_json_of_any_float_int_and_text_is_orjsons(value: float, n: int, text: s
             writer(fields)
         return
     assert writer(fields) == expected
-
-
-class Inner(BaseModel):
-    x: float
-    raw: bytes
-
-
-class Outer(BaseModel):
-    n: int
-    inner: Inner
-    maybe: Inner | None = None
-    tail: str | None = None
-    color: str | None = None
-    flag: bool | None = None
-    d: float = 0.0
-
-
-GENERIC = fastavro.parse_schema({
-    "type": "record", "name": "Outer", "fields": [
-        {"name": "n", "type": "long"},
-        {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [
-            {"name": "x", "type": "float"}, {"name": "raw", "type": "bytes"}]}},
-        {"name": "maybe", "type": ["null", "Inner"], "default": None},
-        {"name": "tail", "type": ["string", "null"]},
-        {"name": "color", "type": ["null", {"type": "enum", "name": "Color", "symbols": ["red", "green"]}]},
-        {"name": "flag", "type": ["boolean", "null"]},
-        {"name": "d", "type": "double"},
-    ]})
-
-
-def fastavro_bytes(parsed: Any, datum: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, parsed, datum)
-    return buf.getvalue()
 
 
 @compiled
