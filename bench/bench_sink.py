@@ -204,10 +204,7 @@ def run_export(settings: Settings, db: str) -> tuple[float, int]:
 
 def run_export_scale(settings: Settings, dsn: str, rows: int, runs: int) -> dict[str, Any]:
     """Export of ``rows`` as-written rows vs the engine's own Arrow output of the same statement."""
-    import chdb
-
-    from clickhouse_connect.driver.binding import bind_query
-
+    from rewardflow.clickhouse.chdbarrow import bind, open_handle
     from rewardflow.trainer.query import rewards_sql
 
     name = f"bench_export_{uuid.uuid4().hex[:6]}"
@@ -223,16 +220,12 @@ def run_export_scale(settings: Settings, dsn: str, rows: int, runs: int) -> dict
         time.sleep(0.5)
     client.close()
     sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=False)
-    query, bound = bind_query(sql, params)
-    conn = chdb.connect(str(parse_dsn(dsn).path))
-    conn.query(f"USE {name}", "TabSeparated")
-    for key, value in (("output_format_arrow_low_cardinality_as_dictionary", "1"),
-                       ("output_format_arrow_compression_method", "'none'")):
-        conn.query(f"SET {key} = {value}", "TabSeparated")
+    query, bound = bind(sql, params)
+    conn = open_handle(parse_dsn(dsn).path, name, {})  # the reader's own streaming settings
 
     def engine() -> float:
         start = time.perf_counter()
-        result = conn.send_query(query, "ArrowStream", params={k.removeprefix("param_"): v for k, v in bound.items()})
+        result = conn.send_query(query, "ArrowStream", params=bound)
         sum(chunk.size() for chunk in result)
         return time.perf_counter() - start
 

@@ -48,7 +48,7 @@ from rewardflow.core.processor import TICK, PartitionProcessor, record_format
 from rewardflow.provision import dead_letter_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
-from rewardflow_streams.commits import CommitLedger, confirmed_offset
+from rewardflow_streams.commits import CommitLedger
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.sender import OutputSender, SendFailed
@@ -249,7 +249,7 @@ class JoinWorker:
         """An offset of ``tp`` no replay can start below: the highest of the broker's committed
         offset at the assignment and every commit since that the broker confirmed. Never Faust's
         ``_committed_offset``, which also moves on a failed commit (:mod:`rewardflow_streams.commits`)."""
-        known = [c for c in (self._gaps.start_offset(partition), confirmed_offset(self.app, tp)) if c is not None]
+        known = [c for c in (self._gaps.start_offset(partition), self.app.tables.confirmed.get(tp)) if c is not None]
         return max(known) if known else None
 
     def _broker_committed(self, tp: Any) -> int | None:

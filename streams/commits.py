@@ -46,8 +46,3 @@ class CommitLedger(TableManager):  # type: ignore[misc]  # faust's classes are u
             if tp in assigned and offset is not None and offset > self.confirmed.get(tp, -1):
                 self.confirmed[tp] = offset
 
-
-def confirmed_offset(app: Any, tp: Any) -> int | None:
-    """The highest offset of ``tp`` whose commit this process saw confirmed, or None."""
-    ledger = getattr(app.tables, "confirmed", None)
-    return None if ledger is None else ledger.get(tp)

@@ -51,18 +51,7 @@ class ChdbArrowStream:
         self._closed = False
 
     def _open_handle(self) -> Any:
-        import chdb
-
-        conn = chdb.connect(os.path.realpath(self._path))  # type: ignore[no-untyped-call]
-        try:
-            if self._database:
-                conn.query(f"USE {quote_ident(self._database)}", "TabSeparated")
-            for key, value in {**_STREAM_SETTINGS, **self._settings}.items():
-                conn.query(f"SET {key} = {_literal(value)}", "TabSeparated")
-        except Exception:
-            conn.close()
-            raise
-        return conn
+        return open_handle(self._path, self._database, self._settings)
 
     def _take(self) -> Any:
         with self._lock:
@@ -85,10 +74,7 @@ class ChdbArrowStream:
         A stream cut short by :meth:`close` raises instead of ending: a caller must never take
         that for the end of the rows.
         """
-        from clickhouse_connect.driver.binding import bind_query
-
-        query, bound = bind_query(sql, dict(parameters or {}))
-        params = {(k[6:] if k.startswith("param_") else k): v for k, v in bound.items()}
+        query, params = bind(sql, parameters)
         conn = self._take()
         result: Any = None
         pump: _Pump | None = None
@@ -127,6 +113,33 @@ class ChdbArrowStream:
             result.close()
         for conn in idle:
             conn.close()
+
+
+def open_handle(path: Path, database: str | None, settings: Mapping[str, Any]) -> Any:
+    """A chDB connection handle on the engine at ``path`` (owned by this process), in ``database``,
+    with the streaming settings and then ``settings`` applied. The caller closes it."""
+    import chdb
+
+    conn = chdb.connect(os.path.realpath(path))  # type: ignore[no-untyped-call]
+    try:
+        if database:
+            conn.query(f"USE {quote_ident(database)}", "TabSeparated")
+        for key, value in {**_STREAM_SETTINGS, **settings}.items():
+            conn.query(f"SET {key} = {_literal(value)}", "TabSeparated")
+    except Exception:
+        conn.close()
+        raise
+    return conn
+
+
+def bind(sql: str, parameters: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """``sql`` and its parameters as chDB's ``send_query`` takes them, bound exactly as
+    clickhouse-connect binds them (server-side ``{name:Type}``)."""
+    from clickhouse_connect.driver.binding import bind_query
+
+    query, bound = bind_query(sql, dict(parameters or {}))
+    assert isinstance(query, str)  # bytes only when binding binary insert data
+    return query, {k.removeprefix("param_"): v for k, v in bound.items()}
 
 
 class _Pump:
