@@ -26,7 +26,9 @@ FLUSH_WM = 2**53
 def test_replay_after_refused_commits_is_recognised_not_late(deploy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RF_FAULT_FAIL_COMMITS_FROM", "0:1")  # offset 0 is the probe: its commit (to 1) goes through
     monkeypatch.setenv("RF_DEBUG_BATCHES", "1")  # one log line per batch, with the watermark after it
-    d = deploy()
+    # no idle or wake-up ticks: one on partition 0 during the deployment's probe would be past the
+    # fault's offset, and the probe's commit would never go through
+    d = deploy(idle_timeout_s=30.0)
     events = turn("rA", "sA", T0, horizons=(30, 120))
     ids = {e["event_id"] for e in events}
     d.raw.send_many([(0, *json_record(*events))])
@@ -52,6 +54,7 @@ def test_replay_after_refused_commits_is_recognised_not_late(deploy: Any, monkey
                       or bool(o.rows[T.LATE]), 40, "the replay").settle(1.0)
     assert out.rows[T.LATE] == [], out.rows[T.LATE]
     valid = [r["event_id"] for r in out.rows[T.VALID] if r["event_id"] in ids]
-    assert sorted(set(valid)) == sorted(ids) and len(valid) == 2 * len(ids)
+    # read again at least once (more when the restart's rebalances replay it again: its commits keep failing)
+    assert set(valid) == ids and len(valid) >= 2 * len(ids)
     assert len({r["reward_id"] for r in out.finals("rA")}) == 2  # re-emitted or not, one id per spec
     assert out.counts()[T.LATE] == before[T.LATE] == 0
