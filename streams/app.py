@@ -118,7 +118,7 @@ class JoinWorker:
             max_message_bytes=max(changelog_max, dead_letter_record_limit(settings)),
         )
         self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096)
-        self._gaps = GapGuard(self.app, self.metrics, self._broker_committed)
+        self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, settings.kafka_client_config())
         self._admin: Any = None
         self._assigned_at = 0
         self._woken: set[int] = set()

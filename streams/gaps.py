@@ -14,6 +14,18 @@ one past the highest delivered) means records were never delivered. Such a
 hole also stalls Faust's commits for good (its acked offsets never become
 contiguous), so every restart would replay from there. Then ``admit``:
 
+* reads the missing records straight from the broker (a consumer of no group, offsets
+  ``expected .. first delivered - 1``) and returns them, in offset order, before the
+  messages Faust did deliver;
+* tells Faust they are done through its own gap intervals, which it treats as
+  committable once an acked offset passes them; that happens only with the acks of
+  this batch, after its outputs are confirmed.
+
+Seeking Faust back instead raced its fetch loop: messages fetched before the seek kept
+arriving after it and moved Faust's read offset past the hole again, so the re-read
+records were dropped once more (a kill -9 test stalled on one partition for 40 s).
+The seek remains the fallback when the direct read fails (for ``HOLE_READ_S``):
+
 * returns only the messages before the hole (they are processed and acked);
 * marks the others as acked *for Faust only* (``message.acked``), so Faust never
   counts them as processed and cannot commit over the hole;
@@ -36,6 +48,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rewardflow.core.processor import PartitionProcessor
@@ -44,14 +57,36 @@ from rewardflow_streams.metrics import WorkerMetrics
 log = logging.getLogger("rewardflow.streams")
 _END = 2**63 - 1
 RESEEK_S = 1.0
+HOLE_READ_S = 30.0
+
+
+@dataclass(slots=True)
+class _Refetched:
+    """A raw record read directly from the broker, shaped like the Faust messages the agent takes."""
+
+    tp: Any
+    offset: int
+    value: bytes | None
+    headers: Any
+    generation_id: int
+    acked: bool = False
+
+    @property
+    def topic(self) -> str:
+        return str(self.tp.topic)
+
+    @property
+    def partition(self) -> int:
+        return int(self.tp.partition)
 
 
 class GapGuard:
     """Detects holes in one worker's raw partitions and has Faust read them again."""
 
     def __init__(self, app: Any, metrics: WorkerMetrics, committed_of: Callable[[Any], int | None],
-                 max_attempts: int = 200) -> None:
+                 client_config: dict[str, Any], max_attempts: int = 200) -> None:
         self.app, self.metrics, self.max_attempts = app, metrics, max_attempts
+        self._client_config = client_config  # librdkafka settings of the broker, to read holes directly
         self._committed_of = committed_of  # the group's committed offset of a partition, from the broker
         self._attempts: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset Faust should deliver, per partition
@@ -77,32 +112,94 @@ class GapGuard:
         if nxt is None:
             nxt = self._start[partition] = await self._start_offset(msgs[0].tp, proc)
         self._drop_faust_gaps(msgs[0].tp, nxt)
+        admitted: list[Any] = []
         for i, m in enumerate(msgs):
             if m.offset > nxt:
-                kept = await self._hole(partition, nxt, msgs, i)
-                self._delivered(partition, kept, nxt)
-                return kept
+                filled = await self._read_hole(m, nxt)
+                if filled is None:  # not readable directly: Faust reads them again after a seek
+                    await self._hole(partition, nxt, msgs, i)
+                    self._delivered(partition, admitted, nxt)
+                    return admitted
+                admitted += filled
+            admitted.append(m)
             nxt = max(nxt, m.offset + 1)
-        self._delivered(partition, msgs, nxt)
+        self._delivered(partition, admitted, nxt)
         self._attempts.pop(partition, None)
         self._sought.pop(partition, None)
-        return msgs
+        return admitted
 
     def _delivered(self, partition: int, msgs: list[Any], nxt: int) -> None:
         if msgs:
             nxt = max(nxt, max(m.offset for m in msgs) + 1)
         self._next[partition] = nxt
 
-    async def _hole(self, partition: int, expected: int, msgs: list[Any], i: int) -> list[Any]:
-        tp, got = msgs[i].tp, msgs[i].offset
+    async def _read_hole(self, m: Any, expected: int) -> list[Any] | None:
+        """Records ``expected .. m.offset - 1`` of ``m``'s partition, read straight from the broker
+        (a consumer of no group), as messages to process before ``m``; [] when retention deleted
+        them (logged and counted); None when they cannot be read now.
+
+        Faust is told they are done through its own gap intervals (offsets it treats as
+        committable once an acked offset passes them): they become committable only with the
+        acks of this batch, which Faust takes after the batch's outputs are confirmed.
+        """
+        tp, got = m.tp, m.offset
         earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp)
         if earliest is not None and earliest > expected:
             lost = min(got, earliest) - expected
             self.metrics.counters["offset_gap_records_lost"] += lost
             log.error("%d records of %s[%d] (from offset %d) were deleted by the broker (retention) before "
-                      "they were processed; going on from offset %d", lost, tp.topic, partition, expected,
+                      "they were processed; going on from offset %d", lost, tp.topic, tp.partition, expected,
                       min(got, earliest))
-            return msgs
+            expected = min(got, earliest)
+            if expected == got:
+                return []
+        self.metrics.counters["offset_gaps"] += 1
+        log.warning("records %d..%d of %s[%d] never reached the agent (dropped by the Faust consumer, "
+                    "usually around a rebalance); reading them directly from the broker",
+                    expected, got - 1, tp.topic, tp.partition)
+        records = await asyncio.to_thread(self._read_range, tp.topic, tp.partition, expected, got)
+        if records is None:
+            return None
+        gaps = getattr(self.app.consumer, "_gap", None)
+        if gaps is not None:
+            gaps[tp].addi(expected, got)
+            gaps[tp].merge_overlaps()
+        return [_Refetched(tp, offset, value, headers, m.generation_id) for offset, value, headers in records]
+
+    def _read_range(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, Any, Any]] | None:
+        """Offsets ``start .. end - 1`` of one partition as (offset, value, headers), or None when they
+        do not all arrive within ``HOLE_READ_S`` (blocking; run in a thread)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        if os.environ.get("RF_FAULT_NO_HOLE_READ"):  # fault hook of the tests: exercise the seek
+            log.warning("fault hook: records %d..%d of %s[%d] not read directly; seeking instead",
+                        start, end - 1, topic, partition)
+            return None
+        consumer = Consumer({**self._client_config, "group.id": "rewardflow-gap-reader",
+                             "enable.auto.commit": False, "enable.partition.eof": False})
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            out: list[tuple[int, Any, Any]] = []
+            deadline = time.monotonic() + HOLE_READ_S
+            while len(out) < end - start and time.monotonic() < deadline:
+                for msg in consumer.consume(end - start - len(out), timeout=0.5):
+                    if msg.error() is None and start + len(out) == msg.offset() < end:
+                        out.append((msg.offset(), msg.value(), msg.headers()))
+            if len(out) == end - start:
+                return out
+            log.warning("read %d of records %d..%d of %s[%d] directly; seeking instead",
+                        len(out), start, end - 1, topic, partition)
+            return None
+        except Exception:  # noqa: BLE001 - the seek path remains
+            log.warning("reading records %d..%d of %s[%d] directly failed; seeking instead",
+                        start, end - 1, topic, partition, exc_info=True)
+            return None
+        finally:
+            consumer.close()
+
+    async def _hole(self, partition: int, expected: int, msgs: list[Any], i: int) -> None:
+        """Hold back ``msgs[i:]`` (never acked) and have Faust read from ``expected`` again."""
+        tp = msgs[i].tp
         for m in msgs[i:]:
             m.acked = True  # Faust then never acks them: its commit stays below the hole
         sought = self._sought.get(partition)
@@ -110,13 +207,8 @@ class GapGuard:
             # already reading again from there: messages Faust had queued before that seek keep
             # arriving; seeking again for each of them would restart the re-read every time
             self._drop_faust_gaps(tp, expected)
-            return msgs[:i]
+            return
         n = self._attempts[partition] = self._attempts.get(partition, 0) + 1
-        if n == 1:
-            self.metrics.counters["offset_gaps"] += 1
-            log.warning("records %d..%d of %s[%d] never reached the agent (dropped by the Faust consumer, "
-                        "usually around a rebalance); reading them again from offset %d",
-                        expected, got - 1, tp.topic, partition, expected)
         if n > self.max_attempts:
             log.critical("%s[%d]: offset %d still missing after %d seeks; exiting without commit",
                          tp.topic, partition, expected, n - 1)
@@ -126,7 +218,6 @@ class GapGuard:
         await self.app.consumer.seek_wait({tp: expected})
         self._sought[partition] = (expected, time.monotonic())
         self._drop_faust_gaps(tp, expected)
-        return msgs[:i]
 
     async def _start_offset(self, tp: Any, proc: PartitionProcessor) -> int:
         """Where Faust resumes a partition after an assignment: the group's committed offset, else
