@@ -61,6 +61,7 @@ class PartitionProcessor:
             raise ValueError("at least one reward spec is required")
         self.cfg, self.specs, self.store = cfg, specs, store
         self._scored = [(s, s.content_hash) for s in specs]  # hash once, not per scored turn
+        self._hz = list(cfg.horizons_s)
         self.topic, self.partition = topic, partition
         self.wm = -_NEVER
         self.maxts = -_NEVER
@@ -183,45 +184,53 @@ class PartitionProcessor:
                                         raw, _event_json(r.raw, value), now_ms))
         if not events:
             return
-        valid_idx = [i for i in range(len(raws)) if i not in {r.index for r in rejected}] if rejected else range(len(raws))
+        bad = {r.index for r in rejected}
+        valid_idx = [i for i in range(len(raws)) if i not in bad] if rejected else range(len(raws))
+        sid, st = None, None  # a record's events are usually of one session: look it up once
         for idx, ev in zip(valid_idx, events, strict=True):
-            st = self._session(ev.session_id, cache, create=True)
+            if ev.session_id != sid:
+                sid = ev.session_id
+                st = self._session(sid, cache, create=True)
+                if not touched or touched[-1] != sid:
+                    touched.append(sid)
             assert st is not None
-            if not touched or touched[-1] != ev.session_id:
-                touched.append(ev.session_id)
             self._apply(st, ev, raws[idx], idx, offset, out)
 
     def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, out: Outputs) -> None:
-        seen = st.seen.get(ev.event_id)
+        f = ev.__dict__  # the validated fields; pydantic's attribute access costs more, and this runs per event
+        event_id, ts = f["event_id"], f["ts"]
+        seen = st.seen.get(event_id)
         if seen is not None:
             if seen[1] != offset or seen[2] != idx:
                 out.excluded.append(exclusion("duplicate", ev, raw, "", self.wm, self.partition, offset, idx))
                 return
             # a redelivery of the very same record, already applied: not re-applied, but its row's
             # delivery is uncertain (re-emit, same id) and the watermark must still account for it
-            self.maxts = max(self.maxts, ev.ts)
+            if ts > self.maxts:
+                self.maxts = ts
             out.valid.append(event_row(ev, raw, self.partition, offset))
             return
-        rid = ev.request_id
-        if rid in st.done:
+        rid = f["request_id"]
+        done = st.done.get(rid)
+        if done is not None:
             # the watermark that finalised the turn: a replay after a crash gives the same row
-            out.late.append(exclusion("late", ev, raw, _ckpt(st.done[rid]), st.done[rid].wm, self.partition,
-                                      offset, idx))
+            out.late.append(exclusion("late", ev, raw, _ckpt(done), done.wm, self.partition, offset, idx))
             return
         turn = st.turns.get(rid)
+        served = type(ev) is InferenceServed
         # too old to start a turn; a served event that old is late even for an open turn, because
         # its served_ts could fall in a window that is already closed
-        if ev.ts + self.cfg.settle_ms < self.wm and (turn is None or isinstance(ev, InferenceServed)):
+        if ts + self.cfg.settle_ms < self.wm and (turn is None or served):
             out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
             return
         if turn is None:
             turn = st.turns[rid] = TurnState.start(ev)
         turn.apply(ev)
-        if turn.served is not None:
+        if served and turn.served is not None:  # (only a served event sets it; it is never unset)
             self._open_served[rid] = turn.served["ts"]
-        st.note_seen(ev.event_id, ev.ts, offset, idx)
-        if ev.ts > self.maxts:
-            self.maxts = ev.ts
+        st.note_seen(event_id, ts, offset, idx)
+        if ts > self.maxts:
+            self.maxts = ts
         out.valid.append(event_row(ev, raw, self.partition, offset))
 
     # ------------------------------------------------------------------ settling
@@ -256,17 +265,17 @@ class PartitionProcessor:
                 self._schedule(st)
 
     def _settle(self, st: SessionState, offset: int, by: str, out: Outputs) -> None:
-        cfg, wm = self.cfg, self.wm
-        hz = list(cfg.horizons_s)
+        cfg, wm, hz, book = self.cfg, self.wm, self._hz, self.book
+        settle_ms = cfg.settle_ms
         for rid, turn in list(st.turns.items()):
             anchor = turn.anchor()
-            if anchor + cfg.settle_ms <= wm:
+            if anchor + settle_ms <= wm:
                 if turn.served is not None:
                     o = turn.outcome(hz, hz[-1], provisional=False, wm=wm, by=by)
-                    recs = [score(o, s, h) for s, h in self._scored]
-                    out.rewards.extend(recs)
-                    for r in recs:
-                        self.book.add(r)
+                    for s, h in self._scored:
+                        r = score(o, s, h)
+                        out.rewards.append(r)
+                        book.add(r)
                     st.done[rid] = Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts)
                 else:
                     orphan = _orphan(turn, wm, self.partition)
