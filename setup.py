@@ -1,9 +1,9 @@
-"""Build of the optional C extension ``rewardflow.client._speedups`` (everything else is in pyproject.toml).
+"""Build of the optional C extensions ``rewardflow.client._speedups`` and ``rewardflow.events._avrofast`` (everything else is in pyproject.toml).
 
-The extension is *optional*: when it cannot be compiled (no C compiler or no
+The extensions are *optional*: when they cannot be compiled (no C compiler or no
 Python headers) the install still succeeds, setuptools prints a warning, and
 the producer uses its pure-Python writers (``rewardflow.client.speedups``
-logs a notice). ``REWARDFLOW_BUILD_SPEEDUPS=0`` skips the build on purpose.
+logs a notice) and the consumer fastavro alone (``rewardflow.events.avro_fast``). ``REWARDFLOW_BUILD_SPEEDUPS=0`` skips the build on purpose.
 """
 
 import os
@@ -15,6 +15,11 @@ if os.environ.get("REWARDFLOW_BUILD_SPEEDUPS", "1").strip() not in ("0", "false"
     ext_modules.append(Extension(
         "rewardflow.client._speedups",
         sources=["src/rewardflow/client/_speedups.c"],
+        optional=True,
+    ))
+    ext_modules.append(Extension(  # the stream worker's Avro decoder (fastavro stays the fallback)
+        "rewardflow.events._avrofast",
+        sources=["src/rewardflow/events/_avrofast.c"],
         optional=True,
     ))
 

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 from fastavro import schemaless_reader, schemaless_writer
 
+from rewardflow.events import avro_fast
 from rewardflow.events.catalogue import BATCH, NAMESPACE, Catalogue, default_catalogue
 from rewardflow.events.errors import DecodeError
 
@@ -77,6 +78,11 @@ def decode_record(
 
 
 def _decode_avro(value: bytes, cat: Catalogue) -> list[dict[str, Any]]:
+    """Frame, schema id, then the body: the compiled decoder (``avro_fast``) when it returns a value, else fastavro.
+
+    The compiled decoder returns exactly fastavro's objects or None (then fastavro reads the body, so every
+    error and its message is fastavro's); it is used only when the writer schema is the current one.
+    """
     if len(value) < 5:
         raise DecodeError(f"avro frame of {len(value)} bytes is shorter than its 5-byte header", code="truncated_avro")
     magic, sid = _FRAME.unpack_from(value)
@@ -86,25 +92,38 @@ def _decode_avro(value: bytes, cat: Catalogue) -> list[dict[str, Any]]:
     if entry is None:
         raise DecodeError(f"schema id {sid} is not in the local catalogue", code="unknown_schema_id")
     reader = cat.current[entry.name].parsed
-    buf = io.BytesIO(value)
-    buf.seek(5)
-    try:
-        obj = schemaless_reader(buf, entry.parsed, reader if reader is not entry.parsed else None, return_record_name=True)
-    except (EOFError, StopIteration) as exc:
-        raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
-    except Exception as exc:  # fastavro raises assorted errors on garbage
-        if buf.tell() >= len(value):  # a short read of a fixed-size value (double, boolean) at the end
+    obj = None
+    if reader is entry.parsed:  # no schema resolution: the compiled decoder, if any (None: not well-formed)
+        fast = avro_fast.decoder(reader)
+        if fast is not None:
+            obj = fast(value, 5, len(value))
+    if obj is None:  # fastavro: every value the fast path does not return, and every error
+        buf = io.BytesIO(value)
+        buf.seek(5)
+        try:
+            obj = schemaless_reader(buf, entry.parsed, reader if reader is not entry.parsed else None, return_record_name=True)
+        except (EOFError, StopIteration) as exc:
             raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
-        raise DecodeError(f"avro body unreadable: {exc.__class__.__name__}: {exc}"[:300], code="bad_avro") from None
-    if buf.tell() != len(value):
-        raise DecodeError(f"{len(value) - buf.tell()} trailing bytes after the avro body", code="bad_avro")
+        except Exception as exc:  # fastavro raises assorted errors on garbage
+            if buf.tell() >= len(value):  # a short read of a fixed-size value (double, boolean) at the end
+                raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
+            raise DecodeError(f"avro body unreadable: {exc.__class__.__name__}: {exc}"[:300], code="bad_avro") from None
+        if buf.tell() != len(value):
+            raise DecodeError(f"{len(value) - buf.tell()} trailing bytes after the avro body", code="bad_avro")
     if entry.name == BATCH:
         assert isinstance(obj, dict)
         out = []
+        short_names: dict[str, str] = {}  # record full name -> short name (a batch holds few distinct types)
         for item in obj["events"]:
-            name, record = item if isinstance(item, tuple) else (None, item)
-            if name is not None and record.get("event_type") != name.rsplit(".", 1)[-1]:
-                record = {**record, "event_type": name.rsplit(".", 1)[-1] + "!" + str(record.get("event_type"))}
+            if isinstance(item, tuple):  # (full name, record): the union's named branches
+                name, record = item
+                short = short_names.get(name)
+                if short is None:
+                    short = short_names[name] = name.rsplit(".", 1)[-1]
+                if record.get("event_type") != short:
+                    record = {**record, "event_type": short + "!" + str(record.get("event_type"))}
+            else:
+                record = item
             out.append(record)
         return out
     assert isinstance(obj, dict)
