@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import orjson
@@ -9,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
+from rewardflow.core.turn import _COUNTERS, TurnOutcome, TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.events.validate import validate_event
 from rewardflow.rewards.score import score
 from rewardflow.rewards.spec import RewardSpec
@@ -163,3 +165,112 @@ def test_any_arrival_order_gives_the_same_outcome_and_reward(data: st.DataObject
     assert final(shuffled) == final(reference)
     assert score(final(shuffled), SPEC) == score(final(reference), SPEC)
     assert shuffled.outcome(HZ, 30, provisional=True, wm=0, by="x") == reference.outcome(HZ, 30, provisional=True, wm=0, by="x")
+
+
+# ---------------------------------------------------------------- the fast paths agree with the plain definition
+
+def _reference_fold(raws: list[dict[str, Any]]) -> tuple[list[Any], Any]:
+    """The plain definition of fold + outcome (isinstance dispatch, tuple comparisons), as JSON objects."""
+    from rewardflow.events.models import (AgentEdit, ClarifyingQuestion, FollowUp, InferenceServed, PersistenceCheck,
+                                          ToolCall, UserAction)
+
+    events = [validate_event(r) for r in raws]
+    first_ts, served, edits, checks, c = events[0].ts, None, {}, {}, {}  # type: ignore[var-annotated]
+    for e in events:
+        first_ts = min(first_ts, e.ts)
+        if isinstance(e, InferenceServed):
+            cand = {"ts": e.ts, "event_id": e.event_id, "checkpoint_id": e.checkpoint_id,
+                    "experiment_arm": e.experiment_arm, "surface": e.surface, "latency_ms": e.latency_ms,
+                    "ttft_ms": e.ttft_ms, "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens}
+            if served is None or (e.ts, e.event_id) < (served["ts"], served["event_id"]):
+                served = cand
+        elif isinstance(e, AgentEdit):
+            edits[e.edit_id] = min(edits.get(e.edit_id, e.ts), e.ts)
+        elif isinstance(e, PersistenceCheck):
+            by_h = checks.setdefault(e.edit_id, {})
+            cur = by_h.get(e.horizon_s)
+            if cur is None or (e.ts, e.event_id) > (cur[0], cur[1]):
+                by_h[e.horizon_s] = [e.ts, e.event_id, e.survival_score]
+        elif isinstance(e, ToolCall):
+            c["tool_calls"] = c.get("tool_calls", 0) + 1
+            if e.status != "ok":
+                key = "tool_broken" if e.status == "broken" else "tool_error"
+                c[key] = c.get(key, 0) + 1
+        elif isinstance(e, UserAction):
+            c[e.action] = c.get(e.action, 0) + 1
+        elif isinstance(e, FollowUp):
+            c["followups"] = c.get("followups", 0) + 1
+            if e.dissatisfied:
+                c["dissatisfied"] = c.get("dissatisfied", 0) + 1
+        elif isinstance(e, ClarifyingQuestion):
+            c["clarifying"] = c.get("clarifying", 0) + 1
+    head = events[0]
+    state = [head.request_id, head.session_id, head.org_id, first_ts, served, edits,
+             {e: {str(h): v for h, v in hs.items()} for e, hs in checks.items()}, c, 0]
+    if served is None:
+        return state, None
+    maps: dict[str, dict[str, Any]] = {"persistence": {}, "persisted": {}, "checked": {}}
+    for h in HZ:
+        scores = [by_h[h][2] for e, by_h in checks.items() if e in edits and h in by_h]
+        if scores:
+            maps["checked"][str(h)] = len(scores)
+            maps["persisted"][str(h)] = sum(1 for x in scores if x >= 0.5)
+            maps["persistence"][str(h)] = math.fsum(scores) / len(scores)
+    outcome = {
+        "request_id": head.request_id, "session_id": head.session_id, "org_id": head.org_id,
+        "checkpoint_id": served["checkpoint_id"], "experiment_arm": served["experiment_arm"],
+        "surface": served["surface"], "served_ts": served["ts"], "latency_ms": served["latency_ms"],
+        "ttft_ms": served["ttft_ms"], "prompt_tokens": served["prompt_tokens"],
+        "completion_tokens": served["completion_tokens"], "n_edits": len(edits),
+        "counts": {k: c[k] for k in _COUNTERS if c.get(k)}, **maps,
+        "horizon_s": HZ[-1], "provisional": False, "finalised_wm": T0 + 10**6, "finalised_by": "watermark",
+    }
+    return state, outcome
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), raws=turn_events())
+def test_state_and_outcome_objects_equal_the_plain_definition_byte_for_byte(
+        data: st.DataObject, raws: list[dict[str, Any]]) -> None:
+    """Stored state is hashed and compared as JSON: key order and number types must match, not just values."""
+    raws = data.draw(st.permutations(raws))
+    state = fold(raws)
+    ref_state, ref_outcome = _reference_fold(raws)
+    assert orjson.dumps(state.to_obj()) == orjson.dumps(ref_state)
+    if ref_outcome is not None:
+        assert orjson.dumps(outcome_to_obj(final(state))) == orjson.dumps(ref_outcome)
+
+
+def test_ties_on_event_time_are_broken_by_event_id_in_any_order() -> None:
+    raws = [ev("InferenceServed", ts=T0, event_id="s-b", checkpoint_id="b"),
+            ev("InferenceServed", ts=T0, event_id="s-a", checkpoint_id="a"),  # same ts, smaller id: the first served
+            ev("AgentEdit", ts=T0 + 5, edit_id="x"),
+            ev("PersistenceCheck", ts=T0 + 30_000, event_id="c-a", edit_id="x", horizon_s=30, survival_score=0.1),
+            ev("PersistenceCheck", ts=T0 + 30_000, event_id="c-b", edit_id="x", horizon_s=30, survival_score=0.8)]
+    for order in (raws, raws[::-1]):
+        state = fold(order)
+        assert state.served is not None and state.served["checkpoint_id"] == "a"
+        assert state.checks == {"x": {30: [T0 + 30_000, "c-b", 0.8]}}  # same ts, larger id: the latest check
+
+
+def test_a_subclassed_event_folds_like_its_base() -> None:
+    from rewardflow.events.models import PersistenceCheck, ToolCall
+
+    class AuditedCheck(PersistenceCheck):
+        pass
+
+    class AuditedTool(ToolCall):
+        pass
+
+    state = fold([ev("InferenceServed"), ev("AgentEdit", ts=T0 + 1, edit_id="a")])
+    state.apply(AuditedCheck.model_validate(ev("PersistenceCheck", ts=T0 + 30_000, edit_id="a", survival_score=0.7)))
+    state.apply(AuditedTool.model_validate(ev("ToolCall", status="broken")))
+    assert state.checks["a"][30][2] == 0.7 and state.counts == {"tool_calls": 1, "tool_broken": 1}
+
+
+def test_outcome_object_keeps_the_field_order_and_string_horizon_keys() -> None:
+    o = final(fold(turn("r1", horizons=(30, 120))))
+    obj = outcome_to_obj(o)
+    assert list(obj) == [f.name for f in dataclasses.fields(TurnOutcome)]
+    assert obj["checked"] == {"30": 1, "120": 1} and obj["counts"] is o.counts
+    assert outcome_to_obj(final(fold([ev("InferenceServed")])))["persistence"] == {}

@@ -39,7 +39,7 @@ class Tombstone:
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> Tombstone:
-        return cls(o[0], o[1], o[2], o[3], o[4], o[5] if len(o) > 5 else None)
+        return cls(*o) if len(o) == 6 else cls(o[0], o[1], o[2], o[3], o[4], o[5] if len(o) > 5 else None)
 
 
 @dataclass(slots=True)
@@ -56,13 +56,14 @@ class SessionState:
     def note_seen(self, event_id: str, ts: int, offset: int, index: int) -> None:
         """Record an applied event (keeps the cached oldest timestamp current)."""
         self.seen[event_id] = [ts, offset, index]
-        if self._seen_min is not None and ts < self._seen_min:
+        m = self._seen_min
+        if m is not None and ts < m:
             self._seen_min = ts
 
     def seen_floor(self) -> int:
         """Oldest timestamp among the seen ids (cached; the set must be non-empty)."""
         if self._seen_min is None:
-            self._seen_min = min(v[0] for v in self.seen.values())
+            self._seen_min = min([v[0] for v in self.seen.values()])
         return self._seen_min
 
     def is_empty(self) -> bool:
@@ -83,49 +84,61 @@ class SessionState:
         committed offset, so a replay still recognises its redelivered events;
         no decision other than duplicate-vs-new depends on seen ids).
         """
-        if self.done:
+        done = self.done
+        if done:
             limit = wm - keep_done_ms
-            self.done = {
-                k: t for k, t in self.done.items() if t.wm >= limit or t.served_ts >= closed_through
-            }
+            for t in done.values():
+                if t.wm < limit and t.served_ts < closed_through:  # something to drop: filter (keeps order)
+                    self.done = done = {
+                        k: x for k, x in done.items() if x.wm >= limit or x.served_ts >= closed_through
+                    }
+                    break
         if self.seen:
-            limit = (wm if seen_wm is None else min(wm, seen_wm)) - dedup_ms
-            if self.turns:  # an open turn's events must stay known, or a resend would count twice
-                limit = min(limit, min(t.first_ts for t in self.turns.values()))
-            kept = [t.first_ts for t in self.done.values() if t.first_ts is not None]
-            if kept:  # ...and so must a finalised turn's, while its tombstone is kept
-                limit = min(limit, min(kept))
+            limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
+            for turn in self.turns.values():  # an open turn's events must stay known, or a resend would count twice
+                if turn.first_ts < limit:
+                    limit = turn.first_ts
+            for t in done.values():  # ...and so must a finalised turn's, while its tombstone is kept
+                if t.first_ts is not None and t.first_ts < limit:
+                    limit = t.first_ts
             if self.seen_floor() < limit:
                 self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
                 self._seen_min = None
 
     def next_wake(self, deadlines: list[int], dedup_ms: int, keep_done_ms: int, step_ms: int) -> int | None:
         """Earliest event time at which this session needs attention, or None."""
-        cands = list(deadlines)
+        best = min(deadlines) if deadlines else None
         if self.seen:
-            cands.append(self.seen_floor() + dedup_ms)
+            t = self.seen_floor() + dedup_ms
+            if best is None or t < best:
+                best = t
         if self.done:
-            cands.append(min(t.wm for t in self.done.values()) + max(keep_done_ms, step_ms))
-        return min(cands) if cands else None
+            oldest = min([t.wm for t in self.done.values()])
+            t = oldest + (keep_done_ms if keep_done_ms >= step_ms else step_ms)
+            if best is None or t < best:
+                best = t
+        return best
 
     def to_obj(self) -> list[Any]:
         return [
             self.session_id,
             self.partition,
-            [t.to_obj() for t in self.turns.values()],
+            [t.to_obj() for t in self.turns.values()] if self.turns else [],
             self.seen,
-            {k: t.to_obj() for k, t in self.done.items()},
+            # Tombstone.to_obj, inlined: a session holds many tombstones and is written after every batch
+            {k: [t.wm, t.offset, t.served_ts, t.outcome, t.orphan, t.first_ts] for k, t in self.done.items()},
             self.seen_floor() if self.seen else None,
         ]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> SessionState:
-        turns = [TurnState.from_obj(t) for t in o[2]]
+        turns = [TurnState.from_obj(t) for t in o[2]] if o[2] else []
+        tomb = Tombstone.from_obj
         return cls(
             o[0],
             o[1],
             {t.request_id: t for t in turns},
             o[3],
-            {k: Tombstone.from_obj(v) for k, v in o[4].items()},
+            {k: tomb(v) for k, v in o[4].items()},
             o[5] if len(o) > 5 else None,
         )

@@ -11,6 +11,7 @@ JSON-able values (for the changelog).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,22 @@ _COUNTERS = (
     "tool_calls", "tool_broken", "tool_error", "clarifying", "followups",
     "dissatisfied", "accept", "reject", "undo", "revert",
 )
+
+# Event kinds for TurnState.apply: one dict lookup by class instead of a chain of isinstance checks.
+_OTHER, _CHECK, _EDIT, _SERVED, _TOOL, _ACTION, _FOLLOWUP, _CLARIFYING = range(8)
+_KIND_BASES: tuple[tuple[type[Envelope], int], ...] = (
+    (InferenceServed, _SERVED), (AgentEdit, _EDIT), (PersistenceCheck, _CHECK), (ToolCall, _TOOL),
+    (UserAction, _ACTION), (FollowUp, _FOLLOWUP), (ClarifyingQuestion, _CLARIFYING),
+)
+_KIND: dict[type, int] = {cls: kind for cls, kind in _KIND_BASES}
+
+
+def _kind_of(cls: type) -> int:
+    """Kind of an event class: that of the first of ``_KIND_BASES`` it derives from (so subclasses fold
+    like their base, as with isinstance checks); cached."""
+    kind = next((k for base, k in _KIND_BASES if issubclass(cls, base)), _OTHER)
+    _KIND[cls] = kind
+    return kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,40 +111,52 @@ class TurnState:
 
     def apply(self, ev: Envelope) -> None:
         """Fold one validated event into the turn. Order-independent."""
-        if ev.ts < self.first_ts:
-            self.first_ts = ev.ts
-        c = self.counts
-        if isinstance(ev, InferenceServed):
-            cand = {
-                "ts": ev.ts, "event_id": ev.event_id, "checkpoint_id": ev.checkpoint_id,
-                "experiment_arm": ev.experiment_arm, "surface": ev.surface,
-                "latency_ms": ev.latency_ms, "ttft_ms": ev.ttft_ms,
-                "prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.completion_tokens,
-            }
-            if self.served is None or (ev.ts, ev.event_id) < (self.served["ts"], self.served["event_id"]):
-                self.served = cand
-        elif isinstance(ev, AgentEdit):
-            prev = self.edits.get(ev.edit_id)
-            self.edits[ev.edit_id] = ev.ts if prev is None else min(prev, ev.ts)
-        elif isinstance(ev, PersistenceCheck):
-            by_h = self.checks.setdefault(ev.edit_id, {})
-            cur = by_h.get(ev.horizon_s)
-            cand_l = [ev.ts, ev.event_id, ev.survival_score]
-            if cur is None or (ev.ts, ev.event_id) > (cur[0], cur[1]):
-                by_h[ev.horizon_s] = cand_l
-        elif isinstance(ev, ToolCall):
+        ts = ev.ts
+        if ts < self.first_ts:
+            self.first_ts = ts
+        kind = _KIND.get(type(ev)) or _kind_of(type(ev))
+        if kind == _CHECK:  # the most frequent kind first
+            chk: PersistenceCheck = ev  # type: ignore[assignment]
+            edit_id, h = chk.edit_id, chk.horizon_s  # read once: model attributes are slow
+            by_h = self.checks.get(edit_id)
+            if by_h is None:
+                by_h = self.checks[edit_id] = {}
+            cur = by_h.get(h)
+            # the latest check wins, ties broken by event_id: (ts, event_id) > (cur ts, cur event_id)
+            if cur is None or ts > cur[0] or (ts == cur[0] and chk.event_id > cur[1]):
+                by_h[h] = [ts, chk.event_id, chk.survival_score]
+        elif kind == _EDIT:
+            edit_id = ev.edit_id  # type: ignore[attr-defined]
+            prev = self.edits.get(edit_id)
+            self.edits[edit_id] = ts if prev is None or ts < prev else prev
+        elif kind == _SERVED:
+            srv: InferenceServed = ev  # type: ignore[assignment]
+            s = self.served
+            # the first served wins: (ts, event_id) < (served ts, served event_id)
+            if s is None or ts < s["ts"] or (ts == s["ts"] and srv.event_id < s["event_id"]):
+                self.served = {
+                    "ts": ts, "event_id": srv.event_id, "checkpoint_id": srv.checkpoint_id,
+                    "experiment_arm": srv.experiment_arm, "surface": srv.surface,
+                    "latency_ms": srv.latency_ms, "ttft_ms": srv.ttft_ms,
+                    "prompt_tokens": srv.prompt_tokens, "completion_tokens": srv.completion_tokens,
+                }
+        elif kind == _TOOL:
+            status = ev.status  # type: ignore[attr-defined]
+            c = self.counts
             c["tool_calls"] = c.get("tool_calls", 0) + 1
-            if ev.status != "ok":
-                key = "tool_broken" if ev.status == "broken" else "tool_error"
+            if status != "ok":
+                key = "tool_broken" if status == "broken" else "tool_error"
                 c[key] = c.get(key, 0) + 1
-        elif isinstance(ev, UserAction):
-            c[ev.action] = c.get(ev.action, 0) + 1
-        elif isinstance(ev, FollowUp):
+        elif kind == _ACTION:
+            action = ev.action  # type: ignore[attr-defined]
+            self.counts[action] = self.counts.get(action, 0) + 1
+        elif kind == _FOLLOWUP:
+            c = self.counts
             c["followups"] = c.get("followups", 0) + 1
-            if ev.dissatisfied:
+            if ev.dissatisfied:  # type: ignore[attr-defined]
                 c["dissatisfied"] = c.get("dissatisfied", 0) + 1
-        elif isinstance(ev, ClarifyingQuestion):
-            c["clarifying"] = c.get("clarifying", 0) + 1
+        elif kind == _CLARIFYING:
+            self.counts["clarifying"] = self.counts.get("clarifying", 0) + 1
 
     def outcome(self, horizons: list[int], horizon_s: int, *, provisional: bool, wm: int, by: str) -> TurnOutcome:
         """The outcome covering horizons up to ``horizon_s``. Requires ``served``."""
@@ -136,40 +165,60 @@ class TurnState:
         persistence: dict[int, float] = {}
         persisted: dict[int, int] = {}
         checked: dict[int, int] = {}
-        for h in horizons:
-            if h > horizon_s:
-                break
-            scores = [by_h[h][2] for e, by_h in self.checks.items() if e in self.edits and h in by_h]
-            if scores:
-                checked[h] = len(scores)
-                persisted[h] = sum(1 for x in scores if x >= PERSISTED_THRESHOLD)
-                persistence[h] = math.fsum(scores) / len(scores)  # exact sum: independent of arrival order
+        edits = self.edits
+        by_edit = [by_h for e, by_h in self.checks.items() if e in edits]  # checks of unknown edits are ignored
+        if by_edit:
+            for h in horizons:
+                if h > horizon_s:
+                    break
+                scores: list[float] = []
+                n_persisted = 0
+                for by_h in by_edit:
+                    if h in by_h:
+                        x = by_h[h][2]
+                        scores.append(x)
+                        if x >= PERSISTED_THRESHOLD:
+                            n_persisted += 1
+                if scores:
+                    checked[h] = len(scores)
+                    persisted[h] = n_persisted
+                    persistence[h] = math.fsum(scores) / len(scores)  # exact sum: independent of arrival order
+        c = self.counts
         return TurnOutcome(
             request_id=self.request_id, session_id=self.session_id, org_id=self.org_id,
             checkpoint_id=s["checkpoint_id"], experiment_arm=s["experiment_arm"], surface=s["surface"],
             served_ts=s["ts"], latency_ms=s["latency_ms"], ttft_ms=s["ttft_ms"],
             prompt_tokens=s["prompt_tokens"], completion_tokens=s["completion_tokens"],
-            n_edits=len(self.edits), counts={k: self.counts[k] for k in _COUNTERS if self.counts.get(k)},
+            n_edits=len(edits), counts={k: c[k] for k in _COUNTERS if c.get(k)} if c else {},
             persistence=persistence, persisted=persisted, checked=checked,
             horizon_s=horizon_s, provisional=provisional, finalised_wm=wm, finalised_by=by,
         )
 
     def to_obj(self) -> list[Any]:
+        checks = {e: {str(h): v for h, v in hs.items()} for e, hs in self.checks.items()} if self.checks else {}
         return [self.request_id, self.session_id, self.org_id, self.first_ts, self.served,
-                self.edits, {e: {str(h): v for h, v in hs.items()} for e, hs in self.checks.items()},
-                self.counts, self.provisional_h]
+                self.edits, checks, self.counts, self.provisional_h]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> TurnState:
-        checks = {e: {int(h): v for h, v in hs.items()} for e, hs in o[6].items()}
+        checks = {e: {int(h): v for h, v in hs.items()} for e, hs in o[6].items()} if o[6] else {}
         return cls(o[0], o[1], o[2], o[3], o[4], o[5], checks, o[7], o[8])
+
+
+_OUTCOME_FIELDS: tuple[str, ...] = TurnOutcome.__slots__  # the fields, in declaration order
+_outcome_values = operator.attrgetter(*_OUTCOME_FIELDS)
+
+
+def _str_keys(m: dict[int, Any]) -> dict[str, Any]:
+    return {str(h): v for h, v in m.items()} if m else {}
 
 
 def outcome_to_obj(o: TurnOutcome) -> dict[str, Any]:
     """JSON-able dict of an outcome (int map keys become strings)."""
-    d = {k: getattr(o, k) for k in TurnOutcome.__slots__}
-    for k in ("persistence", "persisted", "checked"):
-        d[k] = {str(h): v for h, v in d[k].items()}
+    d = dict(zip(_OUTCOME_FIELDS, _outcome_values(o)))
+    d["persistence"] = _str_keys(o.persistence)
+    d["persisted"] = _str_keys(o.persisted)
+    d["checked"] = _str_keys(o.checked)
     return d
 
 

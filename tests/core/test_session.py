@@ -1,0 +1,102 @@
+"""SessionState: pruning, wake-up times and the stored object (read back by older and newer code alike)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.core.turn import TurnState
+from tests.factories import T0
+
+_ts = st.integers(T0, T0 + 10_000_000)
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> SessionState:
+    """A session as read back from the store: open turns, seen ids, tombstones (some without first_ts)."""
+    n_turns, n_done = draw(st.integers(0, 3)), draw(st.integers(0, 8))
+    turns = [TurnState(f"open{i}", "s1", "org", draw(_ts)) for i in range(n_turns)]
+    done = {f"done{i}": Tombstone(draw(_ts), draw(st.integers(0, 99)), draw(st.one_of(st.just(-1), _ts)),
+                                  None, None, draw(st.one_of(st.none(), _ts)))
+            for i in range(n_done)}
+    seen = {f"e{i}": [draw(_ts), draw(st.integers(0, 99)), draw(st.integers(0, 9))] for i in range(draw(st.integers(0, 12)))}
+    state = SessionState("s1", 0, {t.request_id: t for t in turns}, seen, done)
+    read_back: bool = draw(st.booleans())
+    if seen and read_back:  # with its stored floor (the cache), or without
+        state = SessionState.from_obj(orjson.loads(orjson.dumps(state.to_obj())))
+    return state
+
+
+def reference_prune(s: SessionState, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int,
+                    seen_wm: int | None) -> list[Any]:
+    """The plain definition of prune, on a copy; returns the stored object after it."""
+    s = SessionState.from_obj(orjson.loads(orjson.dumps(s.to_obj())))
+    done = {k: t for k, t in s.done.items() if t.wm >= wm - keep_done_ms or t.served_ts >= closed_through}
+    seen = s.seen
+    if seen:
+        limit = (wm if seen_wm is None else min(wm, seen_wm)) - dedup_ms
+        limit = min([limit, *(t.first_ts for t in s.turns.values()),
+                     *(t.first_ts for t in done.values() if t.first_ts is not None)])
+        if min(v[0] for v in seen.values()) < limit:
+            seen = {k: v for k, v in seen.items() if v[0] >= limit}
+    floor = min(v[0] for v in seen.values()) if seen else None
+    return [s.session_id, s.partition, [t.to_obj() for t in s.turns.values()], seen,
+            {k: t.to_obj() for k, t in done.items()}, floor]
+
+
+_ms = st.integers(0, 5_000_000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=sessions(), wm=st.integers(T0, T0 + 12_000_000), dedup=_ms, keep=_ms, closed=st.integers(T0, T0 + 12_000_000),
+       seen_wm=st.one_of(st.none(), st.integers(T0, T0 + 12_000_000)))
+def test_prune_equals_the_plain_definition_and_keeps_order(s: SessionState, wm: int, dedup: int, keep: int,
+                                                           closed: int, seen_wm: int | None) -> None:
+    expected = reference_prune(s, wm, dedup, keep, closed, seen_wm)
+    s.prune(wm, dedup, keep, closed, seen_wm=seen_wm)
+    assert orjson.dumps(s.to_obj()) == orjson.dumps(expected)  # dict order included: state is hashed as JSON
+    s.note_seen("late", T0 - 1, 0, 0)  # the floor cache stays exact after pruning
+    assert s.seen_floor() == T0 - 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=sessions(), deadlines=st.lists(_ts, max_size=3), dedup=_ms, keep=_ms, step=_ms)
+def test_next_wake_is_the_earliest_need(s: SessionState, deadlines: list[int], dedup: int, keep: int,
+                                        step: int) -> None:
+    cands = list(deadlines)
+    if s.seen:
+        cands.append(min(v[0] for v in s.seen.values()) + dedup)
+    if s.done:
+        cands.append(min(t.wm for t in s.done.values()) + max(keep, step))
+    assert s.next_wake(deadlines, dedup, keep, step) == (min(cands) if cands else None)
+    assert s.is_empty() == (not (s.turns or s.seen or s.done))
+
+
+@settings(max_examples=100, deadline=None)
+@given(s=sessions())
+def test_stored_object_round_trips_in_order(s: SessionState) -> None:
+    obj = s.to_obj()
+    assert obj[4] == {k: t.to_obj() for k, t in s.done.items()} and list(obj[4]) == list(s.done)
+    back = SessionState.from_obj(orjson.loads(orjson.dumps(obj)))
+    assert orjson.dumps(back.to_obj()) == orjson.dumps(obj)
+    assert back.done == s.done and list(back.turns) == list(s.turns)
+
+
+def test_state_written_before_first_ts_and_the_floor_is_still_read() -> None:
+    old = ["s1", 0, [], {"e1": [T0, 3, 0]}, {"r1": [T0 + 10, 3, T0, None, None]}]  # no floor, 5-field tombstone
+    s = SessionState.from_obj(old)
+    assert s.done["r1"] == Tombstone(T0 + 10, 3, T0, None, None, None)
+    assert s.seen_floor() == T0 and s.to_obj()[4] == {"r1": [T0 + 10, 3, T0, None, None, None]}
+
+
+def test_prune_keeps_unchanged_tombstones_and_drops_expired_ones_in_order() -> None:
+    done = {f"r{i}": Tombstone(T0 + i * 1000, i, T0, None, None, T0 + i) for i in range(5)}
+    s = SessionState("s1", 0, done=dict(done))
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1)  # r0, r1 expired and their windows closed
+    assert list(s.done) == ["r2", "r3", "r4"]
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1)
+    assert list(s.done) == ["r2", "r3", "r4"]
