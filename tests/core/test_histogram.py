@@ -103,3 +103,44 @@ def test_histogram_rebuilt_from_string_keyed_counts_is_the_same() -> None:
     again = LogHistogram(counts={str(k): v for k, v in hist.counts.items()})  # type: ignore[misc]
     assert again.counts == hist.counts and again.total == 5
     assert again.quantile(0.5) == hist.quantile(0.5)
+
+
+def nearest_rank_bucket_value(hist: LogHistogram, q: float) -> float:
+    """The documented definition, bucket by bucket: the value of the bucket holding rank ceil(q·total)."""
+    if hist.total == 0:
+        return 0.0
+    rank, seen = max(1, math.ceil(q * hist.total)), 0
+    for i in sorted(hist.counts):
+        seen += hist.counts[i]
+        if seen >= rank:
+            return hist.value_of(i)
+    return hist.value_of(max(hist.counts))  # only with counts not summing to total (negative counts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    counts=st.dictionaries(st.integers(-5, 400), st.integers(-3, 50), max_size=8),
+    qs=st.lists(st.floats(0.0, 1.0), max_size=6),
+    accuracy=st.sampled_from([0.01, 0.05]),
+)
+def test_quantiles_at_once_equal_each_quantile_by_definition(counts: dict[int, int], qs: list[float], accuracy: float) -> None:
+    hist = LogHistogram(accuracy, counts=counts)
+    want = [nearest_rank_bucket_value(hist, q) for q in qs]
+    assert hist.quantiles(qs) == want  # exact: the same buckets, the same float values
+    assert [hist.quantile(q) for q in qs] == want
+
+
+def test_quantiles_reject_an_out_of_range_q_even_when_empty_or_single_bucket() -> None:
+    single = LogHistogram(counts={7: 3})
+    for hist in (LogHistogram(), single):
+        with pytest.raises(ValueError):
+            hist.quantiles((0.5, 1.5))
+    assert single.quantiles((0.0, 0.5, 1.0)) == [single.value_of(7)] * 3
+    assert LogHistogram().quantiles((0.0, 1.0)) == [0.0, 0.0]
+
+
+def test_default_accuracy_constants_equal_computed_ones() -> None:
+    fast, slow = LogHistogram(), LogHistogram(0.01 + 0.0)
+    ref_gamma = (1 + 0.01) / (1 - 0.01)
+    assert fast.value_of(37) == 2.0 * ref_gamma**37 / (ref_gamma + 1.0) == slow.value_of(37)
+    assert fast.index(12345.0) == math.ceil(math.log(12345.0) / math.log(ref_gamma))

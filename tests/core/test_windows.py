@@ -246,3 +246,83 @@ def test_a_served_event_too_old_for_its_window_is_late_not_missing_from_windows(
     finals = [r for r in f.total.rewards if not r["provisional"]]
     assert sum(w["samples"] for w in f.total.windows) == len(finals)
     assert sorted(x["request_id"] for x in f.total.excluded if x["reason"] == "orphan") == ["q", "r"]
+
+
+def typed(x: Any) -> Any:
+    """A value with its types, dict key order and float bits made explicit (== on it is an exact comparison)."""
+    if isinstance(x, dict):
+        return [(typed(k), typed(v)) for k, v in x.items()]
+    if isinstance(x, (list, tuple)):
+        return [typed(v) for v in x]
+    if isinstance(x, float):
+        return ("float", x.hex())
+    return (type(x).__name__, x)
+
+
+def reference_windows(sizes: list[int], records: list[dict[str, Any]], partition: int) -> list[Any]:
+    """Every window, one WindowAccumulator.add per record and size, in opening order (per size, as close does)."""
+    from rewardflow.core.windows import WindowAccumulator
+
+    accs: dict[tuple[Any, ...], WindowAccumulator] = {}
+    for r in records:
+        for size in sizes:
+            start = window_start(r["served_ts"], size * 1000)
+            k = (size, start, r["checkpoint_id"], r["experiment_arm"], r["surface"], r["spec_version"])
+            if k not in accs:
+                accs[k] = WindowAccumulator(size, start, *k[2:])
+            accs[k].add(r)  # type: ignore[arg-type]
+    return [accs[k].to_record(partition) for size in dict.fromkeys(sizes) for k in accs if k[0] == size]
+
+
+synthetic_record = st.fixed_dictionaries({
+    "served_ts": st.integers(T0, T0 + 900_000),
+    "checkpoint_id": st.sampled_from(["ck-a", "ck-b"]), "experiment_arm": st.sampled_from(["control", "treat"]),
+    "surface": st.just("agent"), "spec_version": st.sampled_from(["v1", "v2"]),
+    "reward": st.floats(-20, 20, allow_nan=False).map(lambda x: round(x, 12)),
+    "n_edits": st.integers(0, 3), "n_dissatisfied": st.integers(0, 2), "n_followups": st.integers(0, 2),
+    "n_clarifying": st.integers(0, 2), "n_tool_calls": st.integers(0, 5), "n_tool_broken": st.integers(0, 2),
+    "n_tool_error": st.integers(0, 2), "completion_tokens": st.integers(0, 5000),
+    "latency_ms": st.integers(0, 120_000),
+    # horizons in any order and any subset: the aggregate's maps keep first-seen key order
+    "persisted": st.dictionaries(st.sampled_from([900, 30, 300, 120]), st.integers(0, 4), max_size=4),
+    "checked": st.dictionaries(st.sampled_from([120, 30, 900, 600]), st.integers(0, 4), max_size=4),
+})
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(synthetic_record, max_size=40), sizes=st.sampled_from([[60, 300], [300], [300, 60], [60, 60]]))
+def test_window_book_equals_one_accumulator_add_per_record_and_size(records: list[dict[str, Any]], sizes: list[int]) -> None:
+    """WindowBook.add (inlined, new windows started from the record) is exactly WindowAccumulator.add."""
+    book = WindowBook(list(sizes), 5)
+    for r in records:
+        book.add(r)  # type: ignore[arg-type]
+    got = book.close(T0 + 10**8)
+    assert typed(got) == typed(reference_windows(sizes, records, 5))
+    assert not book.open
+
+
+@settings(max_examples=50, deadline=None)
+@given(size=st.integers(1, 10**5), start=st.integers(-(10**15), 10**15), parts=st.lists(st.text(), min_size=4, max_size=4),
+       partition=st.integers(0, 10**4))
+def test_window_ids_are_the_stable_ids_of_their_parts(size: int, start: int, parts: list[str], partition: int) -> None:
+    from rewardflow.core.records import stable_id
+    from rewardflow.core.windows import WindowAccumulator
+
+    key = window_key(size, start, *parts)
+    assert key == stable_id("w", size, start, *parts)
+    rec = WindowAccumulator(size, start, *parts).to_record(partition)
+    assert (rec["window_key"], rec["window_id"]) == (key, stable_id(key, partition))
+
+
+def test_records_copy_the_maps_of_an_open_accumulator() -> None:
+    book = WindowBook([60], 0)
+    for r in FIXED_REWARDS:
+        book.add(r)
+    acc = next(iter(book.open.values()))
+    before = typed(acc.to_record(0))
+    rec = acc.to_record(0)
+    rec["persisted"][99] = 1
+    rec["checked"][99] = 1
+    rec["latency_hist"][99] = 1
+    assert typed(acc.to_record(0)) == before
+    assert acc.reward_sum == rec["reward_sum"] and acc.reward_sq_sum == rec["reward_sq_sum"]

@@ -99,3 +99,80 @@ def test_broken_tool_calls_always_count_against_the_reward(w: RewardWeights, bro
     assert comps["tool_broken"] < 0
     assert comps["tool_broken"] == pytest.approx(w.tool_broken * broken)
     assert score(more, spec)["reward"] < score(base, spec)["reward"]
+
+
+def typed(x: Any) -> Any:
+    """A value with its types, dict key order and float bits made explicit (== on it is an exact comparison)."""
+    if isinstance(x, dict):
+        return [(typed(k), typed(v)) for k, v in x.items()]
+    if isinstance(x, float):
+        return ("float", x.hex())
+    return (type(x).__name__, x)
+
+
+def reference_score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None) -> dict[str, Any]:
+    """The plain definition of a reward record: each field straight from the outcome and the spec."""
+    from rewardflow.core.records import stable_id
+
+    w, fp = spec.weights, o.final_persistence()
+    comps = {
+        "persistence": w.persistence * fp if fp is not None else 0.0,
+        "accept": w.accept * o.count("accept"), "reject": w.reject * o.count("reject"),
+        "undo": w.undo * o.count("undo"), "revert": w.revert * o.count("revert"),
+        "dissatisfied": w.dissatisfied * o.count("dissatisfied"), "latency": w.latency_per_s * o.latency_ms / 1000.0,
+        "tool_broken": w.tool_broken * o.count("tool_broken"), "tool_error": w.tool_error * o.count("tool_error"),
+        "clarifying": w.clarifying * o.count("clarifying"),
+    }
+    return {
+        "reward_id": stable_id(spec.version, o.request_id, f"h{o.horizon_s}" if o.provisional else "final"),
+        "sample_id": o.request_id, "spec_version": spec.version, "spec_hash": spec_hash or spec.content_hash,
+        "org_id": o.org_id, "session_id": o.session_id, "checkpoint_id": o.checkpoint_id,
+        "experiment_arm": o.experiment_arm, "surface": o.surface, "served_ts": o.served_ts,
+        "finalised_wm": o.finalised_wm, "finalised_by": o.finalised_by, "provisional": int(o.provisional),
+        "horizon_s": o.horizon_s, "reward": round(sum(comps.values()), 12), "components": comps,
+        "latency_ms": o.latency_ms, "ttft_ms": o.ttft_ms, "completion_tokens": o.completion_tokens,
+        "n_edits": o.n_edits, "n_tool_calls": o.count("tool_calls"), "n_tool_broken": o.count("tool_broken"),
+        "n_tool_error": o.count("tool_error"), "n_clarifying": o.count("clarifying"),
+        "n_followups": o.count("followups"), "n_dissatisfied": o.count("dissatisfied"),
+        "n_accept": o.count("accept"), "n_reject": o.count("reject"), "n_undo": o.count("undo"),
+        "n_revert": o.count("revert"), "persistence": dict(o.persistence), "persisted": dict(o.persisted),
+        "checked": dict(o.checked),
+    }
+
+
+COUNTER_NAMES = ["tool_calls", "tool_broken", "tool_error", "clarifying", "followups", "dissatisfied",
+                 "accept", "reject", "undo", "revert"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    w=weights,
+    counts=st.dictionaries(st.sampled_from(COUNTER_NAMES), st.integers(0, 6), max_size=6),
+    checked=st.dictionaries(st.sampled_from([30, 120]), st.integers(0, 3), max_size=2),
+    survival=st.floats(0, 1),
+    latency_ms=st.integers(0, 200_000),
+    provisional=st.booleans(),
+    request_id=st.text(min_size=1, max_size=8),
+    spec_hash=st.sampled_from([None, "", "pinned"]),
+)
+def test_score_is_exactly_the_plain_definition(w: RewardWeights, counts: dict[str, int], checked: dict[int, int],
+                                               survival: float, latency_ms: int, provisional: bool, request_id: str,
+                                               spec_hash: str | None) -> None:
+    """Bit for bit (float signs such as -0.5 × 0 = -0.0 included), key order and types, ids."""
+    spec = RewardSpec(version="p", weights=w)
+    o = outcome(counts=counts, checked=checked, persistence={h: survival for h in checked},
+                persisted={h: n for h, n in checked.items()}, latency_ms=latency_ms, provisional=provisional,
+                horizon_s=30 if provisional else 120, request_id=request_id)
+    want = reference_score(o, spec, spec_hash)
+    assert typed(score(o, spec, spec_hash)) == typed(want)
+    assert typed(components(o, spec)) == typed(want["components"])
+    assert reward_id("p", o) == want["reward_id"]
+
+
+def test_specs_are_never_confused_even_when_many_or_short_lived() -> None:
+    """Per-spec derived values are cached by object; a new spec (even at a reused address) gets its own."""
+    o = outcome()
+    for i in range(600):
+        spec = RewardSpec(version=f"s{i % 3}", weights=RewardWeights(accept=i / 7, tool_broken=-1.0 - i))
+        assert typed(score(o, spec)) == typed(reference_score(o, spec))
+        del spec

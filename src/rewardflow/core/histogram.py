@@ -13,9 +13,20 @@ Contract: pure; :meth:`quantile` of an empty histogram is ``0.0``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 DEFAULT_ACCURACY = 0.01
+
+
+def _gammas(accuracy: float) -> tuple[float, float]:
+    """``gamma`` and ``log(gamma)`` of an accuracy."""
+    if not 0 < accuracy < 1:
+        raise ValueError("accuracy must be in (0, 1)")
+    gamma = (1 + accuracy) / (1 - accuracy)
+    return gamma, math.log(gamma)
+
+
+_DEFAULT_GAMMA, _DEFAULT_LOG_GAMMA = _gammas(DEFAULT_ACCURACY)
 
 
 class LogHistogram:
@@ -24,13 +35,17 @@ class LogHistogram:
     __slots__ = ("accuracy", "_gamma", "_log_gamma", "counts", "total")
 
     def __init__(self, accuracy: float = DEFAULT_ACCURACY, counts: Mapping[int, int] | None = None) -> None:
-        if not 0 < accuracy < 1:
-            raise ValueError("accuracy must be in (0, 1)")
+        if accuracy == DEFAULT_ACCURACY:  # the common case (one per open window): constants computed once
+            self._gamma, self._log_gamma = _DEFAULT_GAMMA, _DEFAULT_LOG_GAMMA
+        else:
+            self._gamma, self._log_gamma = _gammas(accuracy)
         self.accuracy = accuracy
-        self._gamma = (1 + accuracy) / (1 - accuracy)
-        self._log_gamma = math.log(self._gamma)
-        self.counts: dict[int, int] = {int(k): int(v) for k, v in (counts or {}).items() if v}
-        self.total = sum(self.counts.values())
+        if counts:
+            self.counts: dict[int, int] = {int(k): int(v) for k, v in counts.items() if v}
+            self.total = sum(self.counts.values())
+        else:
+            self.counts = {}
+            self.total = 0
 
     def index(self, value: float) -> int:
         return 0 if value <= 1.0 else math.ceil(math.log(value) / self._log_gamma)
@@ -58,14 +73,31 @@ class LogHistogram:
 
     def quantile(self, q: float) -> float:
         """Value at quantile ``q`` in [0, 1], nearest-rank definition."""
-        if not 0.0 <= q <= 1.0:
-            raise ValueError("q must be in [0, 1]")
-        if self.total == 0:
-            return 0.0
-        rank = max(1, math.ceil(q * self.total))
-        seen = 0
-        for i in sorted(self.counts):
-            seen += self.counts[i]
-            if seen >= rank:
-                return self.value_of(i)
-        return self.value_of(max(self.counts))  # pragma: no cover - rank <= total
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        """:meth:`quantile` of each of ``qs``, sorting the buckets once."""
+        for q in qs:
+            if not 0.0 <= q <= 1.0:
+                raise ValueError("q must be in [0, 1]")
+        counts, total = self.counts, self.total
+        if total == 0:
+            return [0.0] * len(qs)
+        if len(counts) <= 1:  # the one bucket, reached or not (none: max() raises, as the scan's fallback did)
+            return [self.value_of(max(counts))] * len(qs)
+        # One walk over the sorted buckets: for a rank not below the last one, no bucket before the
+        # last one found can be the first to reach it. A lower rank restarts the walk.
+        keys = sorted(counts)
+        last = len(keys) - 1
+        pos, seen, prev_rank = 0, counts[keys[0]], 0  # seen: count through keys[pos]
+        out: list[float] = []
+        for q in qs:
+            rank = max(1, math.ceil(q * total))
+            if rank < prev_rank:
+                pos, seen = 0, counts[keys[0]]
+            prev_rank = rank
+            while seen < rank and pos < last:
+                pos += 1
+                seen += counts[keys[pos]]
+            out.append(self.value_of(keys[pos]))  # not reached (rank > total): max(counts), the last key
+        return out

@@ -10,6 +10,12 @@ with id ``stable_id(window_key, partition)``. Merging the partials of a
 ``window_key`` (sums and histogram counts) gives the exact whole window.
 
 Contract: pure, no I/O.
+
+Hot path: :meth:`WindowBook.add` runs once per final reward record and often
+opens a window, so it reads a record once for all sizes and starts a new
+window from the record's values; ids are hashed in one piece and aggregates are
+built as dict literals. The float sums are derived from exact integer units
+only when read, so they are the same whatever the path.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rewardflow.core.histogram import LogHistogram
-from rewardflow.core.records import RewardRecord, WindowAggregate, stable_id
+from rewardflow.core.records import RewardRecord, WindowAggregate, id_of_joined
 
 
 _UNIT = 10**12  # reward sums are kept in exact integer units of 1e-12
 _UNIT_SQ = _UNIT * _UNIT
+_QUANTILES = (0.5, 0.95, 0.99)
+_latency_bucket = LogHistogram().index
 
 
 def window_start(ts: int, size_ms: int) -> int:
@@ -29,7 +37,8 @@ def window_start(ts: int, size_ms: int) -> int:
 
 
 def window_key(size_s: int, start: int, checkpoint: str, arm: str, surface: str, spec: str) -> str:
-    return stable_id("w", size_s, start, checkpoint, arm, surface, spec)
+    # = stable_id("w", size_s, start, checkpoint, arm, surface, spec), without its generic per-call work
+    return id_of_joined(f"w\x1f{size_s!s}\x1f{start!s}\x1f{checkpoint!s}\x1f{arm!s}\x1f{surface!s}\x1f{spec!s}\x1f")
 
 
 @dataclass(slots=True)
@@ -43,8 +52,6 @@ class WindowAccumulator:
     surface: str
     spec_version: str
     samples: int = 0
-    reward_sum: float = 0.0
-    reward_sq_sum: float = 0.0
     turns_with_edit: int = 0
     turns_dissatisfied: int = 0
     turns_followup: int = 0
@@ -56,18 +63,26 @@ class WindowAccumulator:
     completion_tokens_sum: int = 0
     persisted: dict[int, int] = field(default_factory=dict)
     checked: dict[int, int] = field(default_factory=dict)
-    latency: LogHistogram = field(default_factory=LogHistogram)
+    latency: LogHistogram = field(default_factory=LogHistogram, init=False)  # default accuracy (see WindowBook.add)
     # Sums in exact integer units of 1e-12 (rewards are rounded to 12 decimals): a float running sum
     # depends on the order of addition, and a rebuilt accumulator adds in another order.
-    _units: list[int] = field(default_factory=lambda: [0, 0])
+    reward_units: int = 0
+    reward_sq_units: int = 0
+
+    @property
+    def reward_sum(self) -> float:
+        return self.reward_units / _UNIT
+
+    @property
+    def reward_sq_sum(self) -> float:
+        return self.reward_sq_units / _UNIT_SQ
 
     def add(self, r: RewardRecord) -> None:
+        """Add one reward record (:meth:`WindowBook.add` does the same, inlined, for all sizes at once)."""
         self.samples += 1
         u = round(r["reward"] * _UNIT)
-        self._units[0] += u
-        self._units[1] += u * u
-        self.reward_sum = self._units[0] / _UNIT
-        self.reward_sq_sum = self._units[1] / _UNIT_SQ
+        self.reward_units += u
+        self.reward_sq_units += u * u
         self.turns_with_edit += r["n_edits"] > 0
         self.turns_dissatisfied += r["n_dissatisfied"] > 0
         self.turns_followup += r["n_followups"] > 0
@@ -85,20 +100,23 @@ class WindowAccumulator:
 
     def to_record(self, partition: int) -> WindowAggregate:
         key = window_key(self.size_s, self.start, self.checkpoint_id, self.experiment_arm, self.surface, self.spec_version)
-        return WindowAggregate(
-            window_id=stable_id(key, partition), window_key=key,
-            window_start=self.start, window_end=self.start + self.size_s * 1000, window_size_s=self.size_s,
-            checkpoint_id=self.checkpoint_id, experiment_arm=self.experiment_arm, surface=self.surface,
-            spec_version=self.spec_version, source_partition=partition,
-            samples=self.samples, reward_sum=self.reward_sum, reward_sq_sum=self.reward_sq_sum,
-            turns_with_edit=self.turns_with_edit, turns_dissatisfied=self.turns_dissatisfied,
-            turns_followup=self.turns_followup, turns_clarifying=self.turns_clarifying,
-            turns_broken=self.turns_broken, tool_calls=self.tool_calls, tool_broken=self.tool_broken,
-            tool_error=self.tool_error, completion_tokens_sum=self.completion_tokens_sum,
-            persisted=dict(self.persisted), checked=dict(self.checked), latency_hist=dict(self.latency.counts),
-            latency_p50=self.latency.quantile(0.5), latency_p95=self.latency.quantile(0.95),
-            latency_p99=self.latency.quantile(0.99),
-        )
+        p50, p95, p99 = self.latency.quantiles(_QUANTILES)
+        return {
+            "window_id": id_of_joined(f"{key}\x1f{partition!s}\x1f"),  # = stable_id(key, partition)
+            "window_key": key,
+            "window_start": self.start, "window_end": self.start + self.size_s * 1000, "window_size_s": self.size_s,
+            "checkpoint_id": self.checkpoint_id, "experiment_arm": self.experiment_arm, "surface": self.surface,
+            "spec_version": self.spec_version, "source_partition": partition,
+            "samples": self.samples, "reward_sum": self.reward_units / _UNIT,
+            "reward_sq_sum": self.reward_sq_units / _UNIT_SQ,
+            "turns_with_edit": self.turns_with_edit, "turns_dissatisfied": self.turns_dissatisfied,
+            "turns_followup": self.turns_followup, "turns_clarifying": self.turns_clarifying,
+            "turns_broken": self.turns_broken, "tool_calls": self.tool_calls, "tool_broken": self.tool_broken,
+            "tool_error": self.tool_error, "completion_tokens_sum": self.completion_tokens_sum,
+            "persisted": dict(self.persisted), "checked": dict(self.checked),
+            "latency_hist": dict(self.latency.counts),
+            "latency_p50": p50, "latency_p95": p95, "latency_p99": p99,
+        }
 
 
 @dataclass(slots=True)
@@ -115,24 +133,66 @@ class WindowBook:
 
     def add(self, r: RewardRecord) -> None:
         """Add a final reward record to each size's window."""
+        # = WindowAccumulator.add on each size's window, with the record read once; a new window
+        # starts from the record's values (0 + x is x: the sums are ints, the maps int counts).
+        ts, closed, opened = r["served_ts"], self.closed_through, self.open
+        ck, arm, surface, spec = r["checkpoint_id"], r["experiment_arm"], r["surface"], r["spec_version"]
+        u = round(r["reward"] * _UNIT)
+        uu = u * u
+        edit = 1 if r["n_edits"] > 0 else 0
+        dissatisfied = 1 if r["n_dissatisfied"] > 0 else 0
+        followup = 1 if r["n_followups"] > 0 else 0
+        clarifying = 1 if r["n_clarifying"] > 0 else 0
+        calls, broken, error, tokens = r["n_tool_calls"], r["n_tool_broken"], r["n_tool_error"], r["completion_tokens"]
+        any_broken = 1 if broken > 0 else 0
+        bucket = _latency_bucket(r["latency_ms"])  # every accumulator's histogram has the default accuracy
+        persisted, checked = r["persisted"], r["checked"]
         for size in self.sizes_s:
-            start = window_start(r["served_ts"], size * 1000)
-            if start + size * 1000 <= self.closed_through.get(size, -1):
+            size_ms = size * 1000
+            start = ts - ts % size_ms
+            if start + size_ms <= closed.get(size, -1):
                 continue  # cannot happen under the close rule; kept defensive
-            k = (size, start, r["checkpoint_id"], r["experiment_arm"], r["surface"], r["spec_version"])
-            acc = self.open.get(k)
-            if acc is None:
-                acc = self.open[k] = WindowAccumulator(size, start, *k[2:])
-            acc.add(r)
+            k = (size, start, ck, arm, surface, spec)
+            a = opened.get(k)
+            if a is None:
+                a = opened[k] = WindowAccumulator(
+                    size, start, ck, arm, surface, spec, 1, edit, dissatisfied, followup, clarifying, any_broken,
+                    calls, broken, error, tokens, dict(persisted), dict(checked), u, uu)
+                a.latency.counts[bucket] = 1
+                a.latency.total = 1
+                continue
+            a.samples += 1
+            a.reward_units += u
+            a.reward_sq_units += uu
+            a.turns_with_edit += edit
+            a.turns_dissatisfied += dissatisfied
+            a.turns_followup += followup
+            a.turns_clarifying += clarifying
+            a.turns_broken += any_broken
+            a.tool_calls += calls
+            a.tool_broken += broken
+            a.tool_error += error
+            a.completion_tokens_sum += tokens
+            d = a.persisted
+            for h, n in persisted.items():
+                d[h] = d.get(h, 0) + n
+            d = a.checked
+            for h, n in checked.items():
+                d[h] = d.get(h, 0) + n
+            d = a.latency.counts
+            d[bucket] = d.get(bucket, 0) + 1
+            a.latency.total += 1
 
     def close(self, limit: int) -> list[WindowAggregate]:
         """Close every window ending at or before ``limit`` (aligned per size)."""
         out: list[WindowAggregate] = []
+        closed, opened, partition = self.closed_through, self.open, self.partition
         for size in self.sizes_s:
-            through = window_start(limit, size * 1000)
-            if through <= self.closed_through.get(size, -1):
+            size_ms = size * 1000
+            through = limit - limit % size_ms
+            if through <= closed.get(size, -1):
                 continue
-            self.closed_through[size] = through
-            for k in [k for k in self.open if k[0] == size and k[1] + size * 1000 <= through]:
-                out.append(self.open.pop(k).to_record(self.partition))
+            closed[size] = through
+            for k in [k for k in opened if k[0] == size and k[1] + size_ms <= through]:
+                out.append(opened.pop(k).to_record(partition))
         return out

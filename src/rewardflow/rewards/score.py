@@ -5,72 +5,124 @@ same spec reproduces the stream's rewards exactly.
 
 Contract: pure, no I/O, deterministic. Broken tool calls always contribute
 ``weights.tool_broken × count`` (never dropped).
+
+Hot path: :func:`score` runs once per finalised turn and spec. The spec is an
+immutable model, so what it derives to (weights, the components of a turn with
+no counts, content hash, id prefix) is computed once per spec object
+(:func:`_compiled`); records are built as dict literals (a ``TypedDict`` call
+with keywords costs several times more). Every float is the same product, in
+the same order, as the plain definition, so records are bit-identical.
 """
 
 from __future__ import annotations
 
-from rewardflow.core.records import RewardRecord, stable_id
+from typing import NamedTuple
+
+from rewardflow.core.records import RewardRecord, id_of_joined
 from rewardflow.core.turn import TurnOutcome
 from rewardflow.rewards.spec import RewardSpec
 
 
+_COUNTED = ("accept", "reject", "undo", "revert", "dissatisfied", "tool_broken", "tool_error", "clarifying")
+
+
+class _Compiled(NamedTuple):
+    """What :func:`score` needs from a spec, read once per spec object."""
+
+    zero: dict[str, float]  # components of an outcome with no counts, in component order (see _components)
+    counted: dict[str, float]  # counter name -> weight, for the counted components
+    persistence: float  # weight
+    latency_per_s: float  # weight
+    version: str
+    content_hash: str
+    id_prefix: str  # spec version + the stable_id separator
+
+
+_CACHE: dict[int, tuple[RewardSpec, _Compiled]] = {}  # id(spec) -> (spec, derived); holding spec pins its id
+_CACHE_MAX = 256
+
+
+def _compiled(spec: RewardSpec) -> _Compiled:
+    hit = _CACHE.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    w = spec.weights
+    counted = {name: getattr(w, name) for name in _COUNTED}
+    # weight × 0 is kept as computed (e.g. -0.5 * 0 == -0.0), exactly as when the count is looked up
+    zero = {"persistence": 0.0, **{n: counted[n] * 0 for n in _COUNTED[:5]}, "latency": 0.0,
+            **{n: counted[n] * 0 for n in _COUNTED[5:]}}
+    c = _Compiled(zero, counted, w.persistence, w.latency_per_s, spec.version, spec.content_hash, f"{spec.version!s}\x1f")
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[id(spec)] = (spec, c)
+    return c
+
+
+def _components(o: TurnOutcome, c: _Compiled) -> dict[str, float]:
+    """:func:`components`: the zero-count template, then the outcome's own terms (keys keep their order)."""
+    comps = c.zero.copy()
+    h = o.horizon_s
+    if o.checked.get(h):  # final_persistence() is not None
+        comps["persistence"] = c.persistence * o.persistence[h]
+    comps["latency"] = c.latency_per_s * o.latency_ms / 1000.0
+    counted = c.counted
+    for name, n in o.counts.items():
+        if name in counted:
+            comps[name] = counted[name] * n
+    return comps
+
+
 def components(o: TurnOutcome, spec: RewardSpec) -> dict[str, float]:
     """Each component's contribution to the reward."""
-    w = spec.weights
-    fp = o.final_persistence()
-    return {
-        "persistence": w.persistence * fp if fp is not None else 0.0,
-        "accept": w.accept * o.count("accept"),
-        "reject": w.reject * o.count("reject"),
-        "undo": w.undo * o.count("undo"),
-        "revert": w.revert * o.count("revert"),
-        "dissatisfied": w.dissatisfied * o.count("dissatisfied"),
-        "latency": w.latency_per_s * o.latency_ms / 1000.0,
-        "tool_broken": w.tool_broken * o.count("tool_broken"),
-        "tool_error": w.tool_error * o.count("tool_error"),
-        "clarifying": w.clarifying * o.count("clarifying"),
-    }
+    return _components(o, _compiled(spec))
+
+
+def _reward_id(id_prefix: str, o: TurnOutcome) -> str:
+    # = stable_id(spec_version, request_id, tag): blake2b-128 of each str(part) + "\x1f"
+    return id_of_joined(f"{id_prefix}{o.request_id!s}\x1f{f'h{o.horizon_s}' if o.provisional else 'final'}\x1f")
 
 
 def reward_id(spec_version: str, o: TurnOutcome) -> str:
-    return stable_id(spec_version, o.request_id, f"h{o.horizon_s}" if o.provisional else "final")
+    return _reward_id(f"{spec_version!s}\x1f", o)
 
 
 def score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None) -> RewardRecord:
     """The reward record of one outcome under one spec."""
-    comps = components(o, spec)
-    return RewardRecord(
-        reward_id=reward_id(spec.version, o),
-        sample_id=o.request_id,
-        spec_version=spec.version,
-        spec_hash=spec_hash or spec.content_hash,
-        org_id=o.org_id,
-        session_id=o.session_id,
-        checkpoint_id=o.checkpoint_id,
-        experiment_arm=o.experiment_arm,
-        surface=o.surface,
-        served_ts=o.served_ts,
-        finalised_wm=o.finalised_wm,
-        finalised_by=o.finalised_by,
-        provisional=int(o.provisional),
-        horizon_s=o.horizon_s,
-        reward=round(sum(comps.values()), 12),
-        components=comps,
-        latency_ms=o.latency_ms,
-        ttft_ms=o.ttft_ms,
-        completion_tokens=o.completion_tokens,
-        n_edits=o.n_edits,
-        n_tool_calls=o.count("tool_calls"),
-        n_tool_broken=o.count("tool_broken"),
-        n_tool_error=o.count("tool_error"),
-        n_clarifying=o.count("clarifying"),
-        n_followups=o.count("followups"),
-        n_dissatisfied=o.count("dissatisfied"),
-        n_accept=o.count("accept"),
-        n_reject=o.count("reject"),
-        n_undo=o.count("undo"),
-        n_revert=o.count("revert"),
-        persistence=dict(o.persistence),
-        persisted=dict(o.persisted),
-        checked=dict(o.checked),
-    )
+    c = _compiled(spec)
+    comps = _components(o, c)
+    get = o.counts.get
+    return {
+        "reward_id": _reward_id(c.id_prefix, o),
+        "sample_id": o.request_id,
+        "spec_version": c.version,
+        "spec_hash": spec_hash or c.content_hash,
+        "org_id": o.org_id,
+        "session_id": o.session_id,
+        "checkpoint_id": o.checkpoint_id,
+        "experiment_arm": o.experiment_arm,
+        "surface": o.surface,
+        "served_ts": o.served_ts,
+        "finalised_wm": o.finalised_wm,
+        "finalised_by": o.finalised_by,
+        "provisional": int(o.provisional),
+        "horizon_s": o.horizon_s,
+        "reward": round(sum(comps.values()), 12),
+        "components": comps,
+        "latency_ms": o.latency_ms,
+        "ttft_ms": o.ttft_ms,
+        "completion_tokens": o.completion_tokens,
+        "n_edits": o.n_edits,
+        "n_tool_calls": get("tool_calls", 0),
+        "n_tool_broken": get("tool_broken", 0),
+        "n_tool_error": get("tool_error", 0),
+        "n_clarifying": get("clarifying", 0),
+        "n_followups": get("followups", 0),
+        "n_dissatisfied": get("dissatisfied", 0),
+        "n_accept": get("accept", 0),
+        "n_reject": get("reject", 0),
+        "n_undo": get("undo", 0),
+        "n_revert": get("revert", 0),
+        "persistence": dict(o.persistence),
+        "persisted": dict(o.persisted),
+        "checked": dict(o.checked),
+    }
