@@ -252,21 +252,23 @@ class JoinWorker:
         known = [c for c in (self._gaps.start_offset(partition), self.app.tables.confirmed.get(tp)) if c is not None]
         return max(known) if known else None
 
-    def _broker_committed(self, tp: Any) -> int | None:
-        """The worker group's committed offset of ``tp`` (blocking admin call; None when none)."""
+    def _broker_committed(self, tps: list[Any]) -> dict[Any, int | None]:
+        """The worker group's committed offsets of ``tps`` (one blocking admin request; None: none
+        committed; every one None when the broker cannot say)."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
             self._admin = AdminClient(self.settings.kafka_client_config())
-        req = ConsumerGroupTopicPartitions(self.app.conf.id, [TopicPartition(tp.topic, tp.partition)])
+        req = ConsumerGroupTopicPartitions(self.app.conf.id, [TopicPartition(tp.topic, tp.partition) for tp in tps])
         try:
             res = self._admin.list_consumer_group_offsets([req])[self.app.conf.id].result(timeout=10)
         except Exception:  # noqa: BLE001 - unknown: start from the log start, which only widens the check
-            log.warning("cannot read the committed offset of %s; assuming the log start", tp, exc_info=True)
-            return None
-        offset = res.topic_partitions[0].offset
-        return offset if offset >= 0 else None
+            log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
+            return dict.fromkeys(tps)
+        got = {(r.topic, r.partition): r.offset for r in res.topic_partitions}
+        offsets = {tp: got.get((tp.topic, tp.partition), -1) for tp in tps}
+        return {tp: off if off >= 0 else None for tp, off in offsets.items()}
 
     def _current(self, msgs: list[Any]) -> bool:
         """Whether these messages may be processed now: fetched under the current consumer generation,

@@ -83,11 +83,12 @@ class _Refetched:
 class GapGuard:
     """Detects holes in one worker's raw partitions and has Faust read them again."""
 
-    def __init__(self, app: Any, metrics: WorkerMetrics, committed_of: Callable[[Any], int | None],
+    def __init__(self, app: Any, metrics: WorkerMetrics, committed_of: Callable[[list[Any]], dict[Any, int | None]],
                  client_config: dict[str, Any], max_attempts: int = 200) -> None:
         self.app, self.metrics, self.max_attempts = app, metrics, max_attempts
         self._client_config = client_config  # librdkafka settings of the broker, to read holes directly
-        self._committed_of = committed_of  # the group's committed offset of a partition, from the broker
+        self._committed_of = committed_of  # the group's committed offsets of partitions, from the broker
+        self._looked_up: dict[Any, int] = {}  # start offsets of assigned partitions not delivered yet
         self._attempts: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset Faust should deliver, per partition
         self._start: dict[int, int] = {}  # where delivery resumed after the assignment (broker commit)
@@ -98,6 +99,7 @@ class GapGuard:
         self._next.clear()
         self._start.clear()
         self._sought.clear()
+        self._looked_up.clear()
 
     def start_offset(self, partition: int) -> int | None:
         """Where Faust resumed ``partition`` after the assignment (the group's committed offset as
@@ -110,7 +112,7 @@ class GapGuard:
             return msgs
         nxt = self._next.get(partition)
         if nxt is None:
-            nxt = self._start[partition] = await self._start_offset(msgs[0].tp, proc)
+            nxt = self._start[partition] = await self._start_offset(msgs[0].tp)
         self._drop_faust_gaps(msgs[0].tp, nxt)
         admitted: list[Any] = []
         for i, m in enumerate(msgs):
@@ -219,18 +221,32 @@ class GapGuard:
         self._sought[partition] = (expected, time.monotonic())
         self._drop_faust_gaps(tp, expected)
 
-    async def _start_offset(self, tp: Any, proc: PartitionProcessor) -> int:
+    async def _start_offset(self, tp: Any) -> int:
         """Where Faust resumes a partition after an assignment: the group's committed offset, else
         the log start (a partition never committed is read from the beginning).
 
         Asked of the broker: Faust's own ``_committed_offset`` also moves on a commit that failed
         (see :mod:`rewardflow_streams.commits`); it is only the fallback when the broker cannot say.
+        The first partition to ask looks up every assigned partition of its topic not delivered
+        yet, in one request each (committed offsets, log starts): asked one by one, the first
+        batch after an assignment waited about 0.5 s per partition. The answers are kept until
+        each partition's first batch, and dropped at the next assignment (``reset``).
         """
-        committed = await asyncio.to_thread(self._committed_of, tp)
-        if committed is None:
-            committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp)
-        earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
-        return max(earliest, committed or 0)
+        start = self._looked_up.pop(tp, None)
+        if start is not None:
+            return start
+        assigned = getattr(self.app.consumer, "assignment", lambda: set())()
+        tps = [tp, *sorted((t for t in assigned if t.topic == tp.topic and t != tp and t.partition not in self._next),
+                           key=lambda t: t.partition)]
+        committed = await asyncio.to_thread(self._committed_of, tps)
+        earliest = await self.app.consumer.earliest_offsets(*tps)
+        faust = getattr(self.app.consumer, "_committed_offset", {})
+        for t in tps:
+            c = committed.get(t)
+            if c is None:
+                c = faust.get(t)
+            self._looked_up[t] = max(earliest.get(t) or 0, c or 0)
+        return self._looked_up.pop(tp)
 
     def _drop_faust_gaps(self, tp: Any, expected: int) -> None:
         gaps = getattr(self.app.consumer, "_gap", None)
