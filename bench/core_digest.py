@@ -1,0 +1,105 @@
+"""Digest and speed of the pure core over the stream benchmark's workload. Not a test.
+
+Runs :class:`~rewardflow.core.processor.PartitionProcessor` (dict stores, one per
+partition, batches of ``worker_batch_records`` as the worker feeds it) over the
+records of ``bench_stream.session_batches``, then a far-future tick on every
+partition (every turn finalised, every window closed), and prints a SHA-256 of
+every output row, in order, and of the final stored state. Then it times the
+same run ``--reps`` times (no hashing) and prints events/s.
+
+Use it to prove a change to the core output-identical: the digest must not
+move. It depends only on the code and the seed (event time is the workload's,
+``now_ms`` is 0). For reference, the digest of session 5's code:
+avro ``2b4c2f39…1c94``, json ``4d92c731…6404``.
+
+    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import statistics
+import time
+from typing import Any
+
+import orjson
+
+from bench_stream import session_batches
+from rewardflow import topics as T
+from rewardflow.core.config import DictStore, JoinConfig
+from rewardflow.core.outputs import Outputs
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.rewards.registry import active_specs
+from rewardflow.settings import load_settings
+
+_FAR_TICK = (b'{"wm": 4611686018427387904}', [("rf-format", b"tick")])
+_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+def run(records: list[Any], keep: bool) -> tuple[float, list[Outputs], dict[int, PartitionProcessor]]:
+    """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors."""
+    settings = load_settings()
+    cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
+    procs = {p: PartitionProcessor(cfg, specs, DictStore(), settings.topic(T.RAW), p) for p in range(settings.partitions)}
+    offsets = dict.fromkeys(procs, 0)
+    by_session: dict[bytes, int] = {}
+    pending: dict[int, list[tuple[bytes | None, Any, int]]] = {p: [] for p in procs}
+    outs: list[Outputs] = []
+    start = time.perf_counter()
+    for key, value, headers in records:
+        p = by_session.setdefault(key, len(by_session) % settings.partitions)
+        pending[p].append((value, headers, offsets[p]))
+        offsets[p] += 1
+        if len(pending[p]) >= settings.worker_batch_records:
+            out = procs[p].process_batch(pending[p], 0)
+            pending[p] = []
+            if keep:
+                outs.append(out)
+    for p, batch in pending.items():
+        out = procs[p].process_batch(batch, 0)
+        if keep:
+            outs.append(out)
+    for p, proc in procs.items():
+        out = proc.process_batch([(*_FAR_TICK, offsets[p])], 0)
+        if keep:
+            outs.append(out)
+    return time.perf_counter() - start, outs, procs
+
+
+def digest(outs: list[Outputs], procs: dict[int, PartitionProcessor]) -> str:
+    h = hashlib.sha256()
+    for out in outs:
+        for name in out.__slots__:
+            for row in getattr(out, name):
+                h.update(name.encode())
+                h.update(orjson.dumps(row, option=_OPTS, default=repr))
+    for proc in procs.values():
+        for key, value in sorted(proc.store.items()):
+            h.update(key.encode())
+            h.update(orjson.dumps(value, option=_OPTS, default=repr))
+    return h.hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--format", choices=("avro", "json"), default="avro")
+    ap.add_argument("--reps", type=int, default=3, help="timed runs after the digest run")
+    args = ap.parse_args()
+    records = session_batches(args.events, args.format)
+    _, outs, procs = run(records, keep=True)
+    print(f"digest {digest(outs, procs)}  ({args.events:,} events, {args.format})")
+    del outs, procs
+    times = []
+    for _ in range(args.reps):
+        gc.collect()
+        times.append(run(records, keep=False)[0])
+    if times:
+        rates = [args.events / t for t in times]
+        print(f"core: median {statistics.median(rates):,.0f} events/s ({', '.join(f'{r:,.0f}' for r in rates)})")
+
+
+if __name__ == "__main__":
+    main()
