@@ -77,27 +77,6 @@ class WindowAccumulator:
     def reward_sq_sum(self) -> float:
         return self.reward_sq_units / _UNIT_SQ
 
-    def add(self, r: RewardRecord) -> None:
-        """Add one reward record (:meth:`WindowBook.add` does the same, inlined, for all sizes at once)."""
-        self.samples += 1
-        u = round(r["reward"] * _UNIT)
-        self.reward_units += u
-        self.reward_sq_units += u * u
-        self.turns_with_edit += r["n_edits"] > 0
-        self.turns_dissatisfied += r["n_dissatisfied"] > 0
-        self.turns_followup += r["n_followups"] > 0
-        self.turns_clarifying += r["n_clarifying"] > 0
-        self.turns_broken += r["n_tool_broken"] > 0
-        self.tool_calls += r["n_tool_calls"]
-        self.tool_broken += r["n_tool_broken"]
-        self.tool_error += r["n_tool_error"]
-        self.completion_tokens_sum += r["completion_tokens"]
-        for h, n in r["persisted"].items():
-            self.persisted[h] = self.persisted.get(h, 0) + n
-        for h, n in r["checked"].items():
-            self.checked[h] = self.checked.get(h, 0) + n
-        self.latency.add(r["latency_ms"])
-
     def to_record(self, partition: int) -> WindowAggregate:
         key = window_key(self.size_s, self.start, self.checkpoint_id, self.experiment_arm, self.surface, self.spec_version)
         p50, p95, p99 = self.latency.quantiles(_QUANTILES)
@@ -133,8 +112,9 @@ class WindowBook:
 
     def add(self, r: RewardRecord) -> None:
         """Add a final reward record to each size's window."""
-        # = WindowAccumulator.add on each size's window, with the record read once; a new window
-        # starts from the record's values (0 + x is x: the sums are ints, the maps int counts).
+        # Each size's window gets the record's terms, read once; a new window starts from them (0 + x
+        # is x: the sums are ints, the maps int counts). tests/core/test_windows.py checks this against
+        # the plain definition (one record folded into one accumulator at a time).
         ts, closed, opened = r["served_ts"], self.closed_through, self.open
         ck, arm, surface, spec = r["checkpoint_id"], r["experiment_arm"], r["surface"], r["spec_version"]
         u = round(r["reward"] * _UNIT)
