@@ -26,15 +26,14 @@ logged once per process (WARNING, logger ``rewardflow.client.speedups``).
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewardflow.client.avro_codegen import FIXED, Codegen, Unsupported, varint
 from rewardflow.client.avro_compiler import encode_constant
+from rewardflow.extensions import load_extension
 
 if TYPE_CHECKING:
     from rewardflow.client.batching import SessionBatch
@@ -59,16 +58,7 @@ _SIMPLE = {"string": OP_STRING, "bytes": OP_BYTES, "int": OP_LONG, "long": OP_LO
 assert set(FIXED) <= set(_SIMPLE)
 
 
-def _load() -> tuple[Any, str]:
-    if os.environ.get("REWARDFLOW_PURE_PYTHON", "").strip() not in ("", "0"):
-        return None, "REWARDFLOW_PURE_PYTHON is set"
-    try:
-        return importlib.import_module("rewardflow.client._speedups"), ""
-    except ImportError as exc:
-        return None, f"the C extension rewardflow.client._speedups is not built ({exc})"
-
-
-_ext, _why = _load()
+_ext, _why = load_extension("rewardflow.client._speedups")
 AVAILABLE: bool = _ext is not None
 """True when the compiled writers are in use."""
 _noticed = False

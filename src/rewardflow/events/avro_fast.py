@@ -36,10 +36,10 @@ for. Without the extension (not built, or ``REWARDFLOW_PURE_PYTHON=1``)
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from rewardflow.extensions import load_extension
 
 OP_NULL, OP_BOOLEAN, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_STRING, OP_BYTES, OP_ENUM, OP_RECORD, OP_UNION, OP_ARRAY, OP_MAP = range(12)
 """Op codes of the extension's program (``_avrofast.c``)."""
@@ -66,16 +66,7 @@ class Unsupported(ValueError):
     """The schema has a type the program does not express: fastavro decodes it."""
 
 
-def _load() -> tuple[Any, str]:
-    if os.environ.get("REWARDFLOW_PURE_PYTHON", "").strip() not in ("", "0"):
-        return None, "REWARDFLOW_PURE_PYTHON is set"
-    try:
-        return importlib.import_module("rewardflow.events._avrofast"), ""
-    except ImportError as exc:
-        return None, f"the C extension rewardflow.events._avrofast is not built ({exc})"
-
-
-_ext, _why = _load()
+_ext, _why = load_extension("rewardflow.events._avrofast")
 AVAILABLE: bool = _ext is not None
 """True when the compiled decoder is in use."""
 
