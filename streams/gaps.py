@@ -235,18 +235,24 @@ class GapGuard:
         start = self._looked_up.pop(tp, None)
         if start is not None:
             return start
+        generation = self.app.consumer_generation_id
         assigned = getattr(self.app.consumer, "assignment", lambda: set())()
         tps = [tp, *sorted((t for t in assigned if t.topic == tp.topic and t != tp and t.partition not in self._next),
                            key=lambda t: t.partition)]
         committed = await asyncio.to_thread(self._committed_of, tps)
         earliest = await self.app.consumer.earliest_offsets(*tps)
         faust = getattr(self.app.consumer, "_committed_offset", {})
+        found = {}
         for t in tps:
             c = committed.get(t)
             if c is None:
                 c = faust.get(t)
-            self._looked_up[t] = max(earliest.get(t) or 0, c or 0)
-        return self._looked_up.pop(tp)
+            found[t] = max(earliest.get(t) or 0, c or 0)
+        # Kept for the other partitions only while the assignment they were read under holds: a
+        # rebalance during the lookup ran reset(), and its answers may predate the new commits.
+        if self.app.consumer_generation_id == generation:
+            self._looked_up.update((t, off) for t, off in found.items() if t != tp)
+        return found[tp]
 
     def _drop_faust_gaps(self, tp: Any, expected: int) -> None:
         gaps = getattr(self.app.consumer, "_gap", None)
