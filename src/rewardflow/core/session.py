@@ -123,16 +123,15 @@ class SessionState:
         return [
             self.session_id,
             self.partition,
-            [t.to_obj() for t in self.turns.values()] if self.turns else [],
+            [t.to_obj() for t in self.turns.values()],
             self.seen,
-            # Tombstone.to_obj, inlined: a session holds many tombstones and is written after every batch
-            {k: [t.wm, t.offset, t.served_ts, t.outcome, t.orphan, t.first_ts] for k, t in self.done.items()},
+            {k: t.to_obj() for k, t in self.done.items()},
             self.seen_floor() if self.seen else None,
         ]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> SessionState:
-        turns = [TurnState.from_obj(t) for t in o[2]] if o[2] else []
+        turns = [TurnState.from_obj(t) for t in o[2]]
         tomb = Tombstone.from_obj
         return cls(
             o[0],
