@@ -236,7 +236,7 @@ class GapGuard:
         if start is not None:
             return start
         generation = self.app.consumer_generation_id
-        assigned = getattr(self.app.consumer, "assignment", lambda: set())()
+        assigned = self.app.consumer.assignment()
         tps = [tp, *sorted((t for t in assigned if t.topic == tp.topic and t != tp and t.partition not in self._next),
                            key=lambda t: t.partition)]
         committed = await asyncio.to_thread(self._committed_of, tps)
