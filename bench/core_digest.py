@@ -12,7 +12,13 @@ move. It depends only on the code and the seed (event time is the workload's,
 ``now_ms`` is 0). For reference, the digest of session 5's code:
 avro ``2b4c2f39…1c94``, json ``4d92c731…6404``.
 
-    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3]
+``--store json`` runs the processors over a store that keeps encoded bytes, as
+the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
+of the value, a small decoded cache so that states are decoded again): its
+digest must be the dict store's. ``--batch-records`` sets the batch size
+(smaller batches wake sessions more often).
+
+    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from rewardflow import topics as T
 from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.session import JSON_OPTS
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import load_settings
 
@@ -38,11 +45,50 @@ _FAR_TICK = (b'{"wm": 4611686018427387904}', [("rf-format", b"tick")])
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
-def run(records: list[Any], keep: bool) -> tuple[float, list[Outputs], dict[int, PartitionProcessor]]:
+class JsonStore:
+    """A store of encoded values, like the worker's table: ``get`` returns the value last put while it
+    is among the ``cached`` most recent, else a fresh decode. ``put_json`` checks the caller's bytes."""
+
+    def __init__(self, cached: int = 256) -> None:
+        self.data: dict[str, bytes] = {}
+        self._decoded: dict[str, tuple[bytes, Any]] = {}
+        self._cached = cached
+
+    def get(self, key: str) -> Any | None:
+        raw = self.data.get(key)
+        if raw is None:
+            return None
+        hit = self._decoded.get(key)
+        return hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
+
+    def put(self, key: str, value: Any) -> None:
+        self.put_json(key, value, orjson.dumps(value, option=JSON_OPTS))
+
+    def put_json(self, key: str, value: Any, data: bytes) -> None:
+        if data != orjson.dumps(value, option=JSON_OPTS):
+            raise AssertionError(f"put_json bytes of {key!r} differ from orjson.dumps of its value")
+        self.data[key] = data
+        self._decoded.pop(key, None)
+        self._decoded[key] = (data, value)
+        if len(self._decoded) > self._cached:
+            del self._decoded[next(iter(self._decoded))]
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+        self._decoded.pop(key, None)
+
+    def items(self) -> Any:
+        return [(k, orjson.loads(v)) for k, v in self.data.items()]
+
+
+def run(records: list[Any], keep: bool, store: str = "dict",
+        batch_records: int | None = None) -> tuple[float, list[Outputs], dict[int, PartitionProcessor]]:
     """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors."""
     settings = load_settings()
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
-    procs = {p: PartitionProcessor(cfg, specs, DictStore(), settings.topic(T.RAW), p) for p in range(settings.partitions)}
+    batch_records = batch_records or settings.worker_batch_records
+    procs = {p: PartitionProcessor(cfg, specs, DictStore() if store == "dict" else JsonStore(),  # type: ignore[arg-type]
+                                   settings.topic(T.RAW), p) for p in range(settings.partitions)}
     offsets = dict.fromkeys(procs, 0)
     by_session: dict[bytes, int] = {}
     pending: dict[int, list[tuple[bytes | None, Any, int]]] = {p: [] for p in procs}
@@ -52,7 +98,7 @@ def run(records: list[Any], keep: bool) -> tuple[float, list[Outputs], dict[int,
         p = by_session.setdefault(key, len(by_session) % settings.partitions)
         pending[p].append((value, headers, offsets[p]))
         offsets[p] += 1
-        if len(pending[p]) >= settings.worker_batch_records:
+        if len(pending[p]) >= batch_records:
             out = procs[p].process_batch(pending[p], 0)
             pending[p] = []
             if keep:
@@ -78,7 +124,8 @@ def digest(outs: list[Outputs], procs: dict[int, PartitionProcessor]) -> str:
     for proc in procs.values():
         for key, value in sorted(proc.store.items()):
             h.update(key.encode())
-            h.update(orjson.dumps(value, option=_OPTS, default=repr))
+            # (through JSON: a dict store holds int map keys that an encoded store gives back as str)
+            h.update(orjson.dumps(orjson.loads(orjson.dumps(value, option=_OPTS)), option=_OPTS))
     return h.hexdigest()
 
 
@@ -87,15 +134,18 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--format", choices=("avro", "json"), default="avro")
     ap.add_argument("--reps", type=int, default=3, help="timed runs after the digest run")
+    ap.add_argument("--store", choices=("dict", "json"), default="dict",
+                    help="dict: the replay store; json: encoded values, as the worker's table")
+    ap.add_argument("--batch-records", type=int, default=None, help="records per batch (default: the worker's)")
     args = ap.parse_args()
     records = session_batches(args.events, args.format)
-    _, outs, procs = run(records, keep=True)
-    print(f"digest {digest(outs, procs)}  ({args.events:,} events, {args.format})")
+    _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records)
+    print(f"digest {digest(outs, procs)}  ({args.events:,} events, {args.format}, {args.store} store)")
     del outs, procs
     times = []
     for _ in range(args.reps):
         gc.collect()
-        times.append(run(records, keep=False)[0])
+        times.append(run(records, keep=False, store=args.store, batch_records=args.batch_records)[0])
     if times:
         rates = [args.events / t for t in times]
         print(f"core: median {statistics.median(rates):,.0f} events/s ({', '.join(f'{r:,.0f}' for r in rates)})")

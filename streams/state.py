@@ -25,9 +25,10 @@ from typing import Any
 
 import orjson
 
+from rewardflow.core.session import JSON_OPTS
 from rewardflow_streams.sender import OutputSender
 
-_OPTS = orjson.OPT_NON_STR_KEYS
+_OPTS = JSON_OPTS
 
 
 class TableStore:
@@ -58,7 +59,12 @@ class TableStore:
         return orjson.loads(raw)
 
     def put(self, key: str, value: Any) -> None:
-        data = orjson.dumps(value, option=_OPTS)
+        self.put_json(key, value, orjson.dumps(value, option=_OPTS))
+
+    def put_json(self, key: str, value: Any, data: bytes) -> None:
+        """:meth:`put` of ``value`` whose encoding the caller already has: ``data`` must be
+        ``orjson.dumps(value, option=OPT_NON_STR_KEYS)``, exactly (the core's session states
+        keep the encodings of their unchanged parts between writes)."""
         if self.max_bytes is not None and len(data) > self.max_bytes:
             raise ValueError(f"state value of {key!r} is {len(data):,} bytes, over the changelog's "
                              f"{self.max_bytes:,}-byte record limit")

@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.core.session import JSON_OPTS, SessionState, Tombstone
 from rewardflow.core.turn import TurnState
 from tests.factories import T0
 
@@ -100,3 +100,42 @@ def test_prune_keeps_unchanged_tombstones_and_drops_expired_ones_in_order() -> N
     assert list(s.done) == ["r2", "r3", "r4"]
     s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1)
     assert list(s.done) == ["r2", "r3", "r4"]
+
+
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("seen"), st.integers(0, 30), _ts),        # note_seen (a new id, or one seen before)
+    st.tuples(st.just("finalise"), st.integers(0, 30), _ts),    # finalise (a new turn, or a replaced tombstone)
+    st.tuples(st.just("prune"), st.integers(T0, T0 + 12_000_000), _ms),
+    st.tuples(st.just("turn"), st.integers(0, 5), _ts),         # open a turn (not cached: encoded every time)
+    st.tuples(st.just("write"), st.just(0), st.just(0)),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=sessions(), ops=_ops)
+def test_to_json_is_the_encoding_of_to_obj_after_any_changes(s: SessionState, ops: list[tuple[str, int, int]]) -> None:
+    """to_json reuses the encodings of seen and done between calls; after any sequence of changes
+    through the state's methods it must still give exactly ``orjson.dumps(to_obj())``."""
+    for op, a, b in ops:
+        if op == "seen":
+            s.note_seen(f"e{a}", b, a, 0)
+        elif op == "finalise":
+            s.finalise(f"done{a}", Tombstone(b, a, b, {"h": {"30": a}}, None, b))
+        elif op == "prune":
+            s.prune(a, b, b, a)
+        elif op == "turn":
+            s.turns[f"open{a}"] = TurnState(f"open{a}", "s1", "org", b)
+        assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+
+
+def test_to_json_reencodes_a_changed_part_and_reuses_an_unchanged_one() -> None:
+    s = SessionState("s1", 0)
+    s.note_seen("e1", T0, 1, 0)
+    first = s.to_json()
+    assert s.to_json() == first and s._seen_json is not None
+    cached = s._seen_json[2]
+    s.finalise("r1", Tombstone(T0 + 5, 1, T0, None, None, T0))
+    assert s._seen_json[2] is cached  # seen unchanged: its bytes are reused...
+    assert orjson.loads(s.to_json())[4] == {"r1": [T0 + 5, 1, T0, None, None, T0]}  # ...done is encoded anew
+    s.note_seen("e2", T0 + 1, 2, 0)
+    assert list(orjson.loads(s.to_json())[3]) == ["e1", "e2"]

@@ -49,6 +49,7 @@ from rewardflow.rewards.spec import RewardSpec
 
 TICK = "tick"
 _KEEP_CLOSES = 64
+_KEEP_STATES = 1024  # decoded session states kept between batches, per partition (see _session)
 _CLOSE_CHUNK = 200  # window aggregates per stored close key (~200 KB), far under a changelog record
 _NEVER = 2**62
 
@@ -78,6 +79,11 @@ class PartitionProcessor:
         self.last_offset = -1
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
+        # session id -> (the value last written for it, the state it was written from): the next batch
+        # takes that state back instead of decoding the value, while the store still returns that very
+        # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it)
+        self._states: dict[str, tuple[Any, SessionState]] = {}
+        self._put_json = getattr(store, "put_json", None)  # a store that takes values with their JSON
 
     # ------------------------------------------------------------------ record path
     def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int) -> Outputs:
@@ -239,7 +245,8 @@ class PartitionProcessor:
         if st is None:
             obj = self.store.get("s:" + sid)
             if obj is not None:
-                st = SessionState.from_obj(obj)
+                kept = self._states.pop(sid, None)  # (popped: a batch that fails midway leaves nothing behind)
+                st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj)
             elif create:
                 st = SessionState(sid, self.partition)
             else:
@@ -276,11 +283,11 @@ class PartitionProcessor:
                         r = score(o, s, h)
                         out.rewards.append(r)
                         book.add(r)
-                    st.done[rid] = Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts)
+                    st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts))
                 else:
                     orphan = _orphan(turn, wm, self.partition)
                     out.excluded.append(orphan)  # type: ignore[arg-type]
-                    st.done[rid] = Tombstone(wm, offset, -1, None, orphan, turn.first_ts)
+                    st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts))
                 del st.turns[rid]
                 self._open_served.pop(rid, None)
             elif cfg.provisional and turn.served is not None:
@@ -330,11 +337,19 @@ class PartitionProcessor:
 
     # ------------------------------------------------------------------ persistence
     def _write(self, cache: dict[str, SessionState], committed: int | None) -> None:
+        store, put_json, states = self.store, self._put_json, self._states
         for sid, st in cache.items():
             if st.is_empty():
-                self.store.delete("s:" + sid)
+                store.delete("s:" + sid)
+                continue
+            obj = st.to_obj()
+            if put_json is not None:
+                put_json("s:" + sid, obj, st.to_json(obj))
             else:
-                self.store.put("s:" + sid, st.to_obj())
+                store.put("s:" + sid, obj)
+            states[sid] = (obj, st)
+        while len(states) > _KEEP_STATES:
+            del states[next(iter(states))]  # the least recently written
         # Each window close is kept under its own keys until the source commit passes it, so a
         # restart can re-emit the closes whose delivery is uncertain; the meta key stays small.
         for offset, closed in self._new_closes:
@@ -367,6 +382,7 @@ class PartitionProcessor:
         recent: list[tuple[int, list[Any]]] = []
         self.last_offset = int(meta.get("off", -1))
         self._heap, self._wake, self._open_served = [], {}, {}
+        self._states = {}
         for key, obj in self.store.items():
             if key.startswith(self._close_prefix):
                 off = int(key.split(":")[2])

@@ -12,7 +12,10 @@ the per-write cost (a session's events travel in one Kafka record).
   events, to rebuild window partials after a restart and to re-emit outputs
   whose delivery is uncertain.
 
-Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`.
+Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
+:meth:`to_json` gives the bytes of ``to_obj()`` as stores write them, re-encoding
+``seen`` and ``done`` only when they changed since the last call (a session is
+rewritten at every wake-up, mostly with both unchanged).
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from rewardflow.core.turn import TurnState
+
+JSON_OPTS = orjson.OPT_NON_STR_KEYS
+"""The orjson options state is stored with (a store that takes pre-encoded values uses these)."""
 
 
 @dataclass(slots=True)
@@ -52,13 +60,22 @@ class SessionState:
     seen: dict[str, list[int]] = field(default_factory=dict)
     done: dict[str, Tombstone] = field(default_factory=dict)
     _seen_min: int | None = field(default=None, repr=False, compare=False)  # cache, never persisted
+    # to_json's encodings of seen and done: (the dict encoded, its length then, the bytes); never persisted
+    _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
+    _done_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
 
     def note_seen(self, event_id: str, ts: int, offset: int, index: int) -> None:
         """Record an applied event (keeps the cached oldest timestamp current)."""
         self.seen[event_id] = [ts, offset, index]
+        self._seen_json = None
         m = self._seen_min
         if m is not None and ts < m:
             self._seen_min = ts
+
+    def finalise(self, request_id: str, tomb: Tombstone) -> None:
+        """Record a finalised turn's tombstone (tombstones are never changed afterwards)."""
+        self.done[request_id] = tomb
+        self._done_json = None
 
     def seen_floor(self) -> int:
         """Oldest timestamp among the seen ids (cached; the set must be non-empty)."""
@@ -92,6 +109,7 @@ class SessionState:
                     self.done = done = {
                         k: x for k, x in done.items() if x.wm >= limit or x.served_ts >= closed_through
                     }
+                    self._done_json = None
                     break
         if self.seen:
             limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
@@ -104,6 +122,7 @@ class SessionState:
             if self.seen_floor() < limit:
                 self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
                 self._seen_min = None
+                self._seen_json = None
 
     def next_wake(self, deadlines: list[int], dedup_ms: int, keep_done_ms: int, step_ms: int) -> int | None:
         """Earliest event time at which this session needs attention, or None."""
@@ -128,6 +147,24 @@ class SessionState:
             {k: t.to_obj() for k, t in self.done.items()},
             self.seen_floor() if self.seen else None,
         ]
+
+    def to_json(self, obj: list[Any] | None = None) -> bytes:
+        """``orjson.dumps(obj, option=JSON_OPTS)`` byte for byte, where ``obj`` is :meth:`to_obj`'s
+        value now (pass it when already made). ``seen`` and ``done`` are re-encoded only when changed:
+        every change goes through :meth:`note_seen`, :meth:`finalise` or :meth:`prune`, and as a
+        second guard an encoding is reused only for the very dict it was made from, at the same length.
+        """
+        if obj is None:
+            obj = self.to_obj()
+        seen, done = self.seen, self.done
+        s = self._seen_json
+        if s is None or s[0] is not seen or s[1] != len(seen):
+            s = self._seen_json = (seen, len(seen), orjson.dumps(seen, option=JSON_OPTS))
+        d = self._done_json
+        if d is None or d[0] is not done or d[1] != len(done):
+            d = self._done_json = (done, len(done), orjson.dumps(obj[4], option=JSON_OPTS))
+        head = orjson.dumps(obj[:3], option=JSON_OPTS)  # '[sid,partition,[turns]]'
+        return b"".join((head[:-1], b",", s[2], b",", d[2], b",", orjson.dumps(obj[5]), b"]"))
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> SessionState:
