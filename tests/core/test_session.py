@@ -139,3 +139,6 @@ def test_to_json_reencodes_a_changed_part_and_reuses_an_unchanged_one() -> None:
     assert orjson.loads(s.to_json())[4] == {"r1": [T0 + 5, 1, T0, None, None, T0]}  # ...done is encoded anew
     s.note_seen("e2", T0 + 1, 2, 0)
     assert list(orjson.loads(s.to_json())[3]) == ["e1", "e2"]
+    assert s._seen_json[2] == cached[:-1] + b',"e2":[' + str(T0 + 1).encode() + b',2,0]}'  # appended
+    s.note_seen("e1", T0 + 2, 3, 0)  # an id noted again: its value changes in place
+    assert orjson.loads(s.to_json())[3] == {"e1": [T0 + 2, 3, 0], "e2": [T0 + 1, 2, 0]}

@@ -21,6 +21,7 @@ rewritten at every wake-up, mostly with both unchanged).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -66,16 +67,19 @@ class SessionState:
 
     def note_seen(self, event_id: str, ts: int, offset: int, index: int) -> None:
         """Record an applied event (keeps the cached oldest timestamp current)."""
-        self.seen[event_id] = [ts, offset, index]
-        self._seen_json = None
+        seen = self.seen
+        if event_id in seen:
+            self._seen_json = None  # a value changed in place: encode anew (new ids are appended)
+        seen[event_id] = [ts, offset, index]
         m = self._seen_min
         if m is not None and ts < m:
             self._seen_min = ts
 
     def finalise(self, request_id: str, tomb: Tombstone) -> None:
         """Record a finalised turn's tombstone (tombstones are never changed afterwards)."""
+        if request_id in self.done:
+            self._done_json = None  # replaced in place: encode anew (new tombstones are appended)
         self.done[request_id] = tomb
-        self._done_json = None
 
     def seen_floor(self) -> int:
         """Oldest timestamp among the seen ids (cached; the set must be non-empty)."""
@@ -150,19 +154,18 @@ class SessionState:
 
     def to_json(self, obj: list[Any] | None = None) -> bytes:
         """``orjson.dumps(obj, option=JSON_OPTS)`` byte for byte, where ``obj`` is :meth:`to_obj`'s
-        value now (pass it when already made). ``seen`` and ``done`` are re-encoded only when changed:
-        every change goes through :meth:`note_seen`, :meth:`finalise` or :meth:`prune`, and as a
-        second guard an encoding is reused only for the very dict it was made from, at the same length.
+        value now (pass it when already made).
+
+        ``seen`` and ``done`` keep their last encoding: unchanged, it is reused; grown by new keys
+        (dicts keep insertion order, so they are at the end), only those are encoded and appended.
+        Every other change must go through :meth:`note_seen`, :meth:`finalise` (which drop the
+        encoding when they overwrite a key) or :meth:`prune` (which replaces the dicts); as a guard,
+        an encoding is used only for the very dict it was made from, and never when it shrank.
         """
         if obj is None:
             obj = self.to_obj()
-        seen, done = self.seen, self.done
-        s = self._seen_json
-        if s is None or s[0] is not seen or s[1] != len(seen):
-            s = self._seen_json = (seen, len(seen), orjson.dumps(seen, option=JSON_OPTS))
-        d = self._done_json
-        if d is None or d[0] is not done or d[1] != len(done):
-            d = self._done_json = (done, len(done), orjson.dumps(obj[4], option=JSON_OPTS))
+        s = self._seen_json = _encoded(self._seen_json, self.seen, self.seen)
+        d = self._done_json = _encoded(self._done_json, self.done, obj[4])
         head = orjson.dumps(obj[:3], option=JSON_OPTS)  # '[sid,partition,[turns]]'
         return b"".join((head[:-1], b",", s[2], b",", d[2], b",", orjson.dumps(obj[5]), b"]"))
 
@@ -178,3 +181,14 @@ class SessionState:
             {k: tomb(v) for k, v in o[4].items()},
             o[5] if len(o) > 5 else None,
         )
+
+
+def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
+    """The encoding of ``values`` (``source``'s JSON form, same keys in the same order), from ``last``."""
+    n = len(source)
+    if last is None or last[0] is not source or last[1] > n:
+        return source, n, orjson.dumps(values, option=JSON_OPTS)
+    if last[1] == n:
+        return last
+    tail = orjson.dumps(dict(islice(values.items(), last[1], None)), option=JSON_OPTS)
+    return source, n, (last[2][:-1] + b"," + tail[1:]) if last[1] else tail
