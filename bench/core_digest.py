@@ -34,51 +34,14 @@ import orjson
 
 from bench_stream import session_batches
 from rewardflow import topics as T
-from rewardflow.core.config import DictStore, JoinConfig
+from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
-from rewardflow.core.session import JSON_OPTS
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import load_settings
 
 _FAR_TICK = (b'{"wm": 4611686018427387904}', [("rf-format", b"tick")])
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
-
-
-class JsonStore:
-    """A store of encoded values, like the worker's table: ``get`` returns the value last put while it
-    is among the ``cached`` most recent, else a fresh decode. ``put_json`` checks the caller's bytes."""
-
-    def __init__(self, cached: int = 256) -> None:
-        self.data: dict[str, bytes] = {}
-        self._decoded: dict[str, tuple[bytes, Any]] = {}
-        self._cached = cached
-
-    def get(self, key: str) -> Any | None:
-        raw = self.data.get(key)
-        if raw is None:
-            return None
-        hit = self._decoded.get(key)
-        return hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
-
-    def put(self, key: str, value: Any) -> None:
-        self.put_json(key, value, orjson.dumps(value, option=JSON_OPTS))
-
-    def put_json(self, key: str, value: Any, data: bytes) -> None:
-        if data != orjson.dumps(value, option=JSON_OPTS):
-            raise AssertionError(f"put_json bytes of {key!r} differ from orjson.dumps of its value")
-        self.data[key] = data
-        self._decoded.pop(key, None)
-        self._decoded[key] = (data, value)
-        if len(self._decoded) > self._cached:
-            del self._decoded[next(iter(self._decoded))]
-
-    def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-        self._decoded.pop(key, None)
-
-    def items(self) -> Any:
-        return [(k, orjson.loads(v)) for k, v in self.data.items()]
 
 
 def run(records: list[Any], keep: bool, store: str = "dict",
@@ -87,7 +50,7 @@ def run(records: list[Any], keep: bool, store: str = "dict",
     settings = load_settings()
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
     batch_records = batch_records or settings.worker_batch_records
-    procs = {p: PartitionProcessor(cfg, specs, DictStore() if store == "dict" else JsonStore(),  # type: ignore[arg-type]
+    procs = {p: PartitionProcessor(cfg, specs, DictStore() if store == "dict" else EncodedStore(),
                                    settings.topic(T.RAW), p) for p in range(settings.partitions)}
     offsets = dict.fromkeys(procs, 0)
     by_session: dict[bytes, int] = {}

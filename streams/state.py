@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from rewardflow.core.session import JSON_OPTS
+from rewardflow.core.config import JSON_OPTS
 from rewardflow_streams.sender import OutputSender
 
 _OPTS = JSON_OPTS

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardflow.core.config import DictStore
+from rewardflow.core.config import DictStore, EncodedStore
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
@@ -748,41 +748,6 @@ def test_a_batch_that_replays_records_below_the_commit_still_finds_their_state()
     assert [r["request_id"] for r in out.late] == ["y"]  # only the genuinely new, too-old event
 
 
-class _EncodedStore:
-    """A store of encoded values like the worker's table: ``get`` returns the value last put while it
-    is among the ``cached`` newest, else a fresh decode; ``put_json`` checks the caller's bytes."""
-
-    def __init__(self, cached: int) -> None:
-        self.data: dict[str, bytes] = {}
-        self._decoded: dict[str, tuple[bytes, Any]] = {}
-        self.cached, self.put_json_calls = cached, 0
-
-    def get(self, key: str) -> Any | None:
-        raw = self.data.get(key)
-        hit = self._decoded.get(key)
-        return None if raw is None else hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
-
-    def put(self, key: str, value: Any) -> None:
-        self.put_json(key, value, orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
-        self.put_json_calls -= 1
-
-    def put_json(self, key: str, value: Any, data: bytes) -> None:
-        assert data == orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), key
-        self.put_json_calls += 1
-        self.data[key] = data
-        self._decoded.pop(key, None)
-        self._decoded[key] = (data, value)
-        while len(self._decoded) > self.cached:
-            del self._decoded[next(iter(self._decoded))]
-
-    def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-        self._decoded.pop(key, None)
-
-    def items(self) -> Any:
-        return [(k, orjson.loads(v)) for k, v in self.data.items()]
-
-
 @pytest.mark.parametrize("cached", [0, 3, 10_000])
 def test_an_encoded_store_gives_the_outputs_and_state_of_the_dict_store(cached: int) -> None:
     """Sessions written with their reused encodings (put_json) and taken back between batches
@@ -800,7 +765,7 @@ def test_an_encoded_store_gives_the_outputs_and_state_of_the_dict_store(cached: 
             records.append((max(e["ts"] for e in events), avro_record(*sorted(events, key=lambda e: e["ts"]))))
             at += rng.randint(20_000, 200_000)
     records.sort(key=lambda r: r[0])
-    dict_store, encoded = DictStore(), _EncodedStore(cached)
+    dict_store, encoded = DictStore(), EncodedStore(cached)
     runs = []
     for store in (dict_store, encoded):
         proc = PartitionProcessor(CFG, SPECS, store, "raw", 0)  # type: ignore[arg-type]

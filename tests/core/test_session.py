@@ -8,7 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardflow.core.session import JSON_OPTS, SessionState, Tombstone
+from rewardflow.core.config import JSON_OPTS
+from rewardflow.core.session import SessionState, Tombstone
 from rewardflow.core.turn import TurnState
 from tests.factories import T0
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
+JSON_OPTS = orjson.OPT_NON_STR_KEYS
+"""The orjson options state is encoded with (by stores that keep bytes, and by ``put_json`` callers)."""
+
 
 @dataclass(frozen=True, slots=True)
 class JoinConfig:
@@ -45,6 +50,11 @@ class StateStore(Protocol):
 
     The stream shell backs it with a changelog-backed Faust Table; replay and
     tests use a dict. Writes must reach the changelog in call order.
+
+    A store that keeps encoded bytes may also offer ``put_json(key, value, data)``:
+    ``put`` of ``value`` whose encoding ``data`` (``orjson.dumps(value, option=JSON_OPTS)``,
+    exactly) the caller already has. The processor uses it for session states, which keep
+    the encodings of their unchanged parts between writes.
     """
 
     def get(self, key: str) -> Any | None: ...
@@ -73,3 +83,49 @@ class DictStore:
 
     def items(self) -> Any:
         return list(self.data.items())
+
+
+class EncodedStore:
+    """A :class:`StateStore` of encoded values, as the worker's table keeps them (replay checks, tests).
+
+    ``get`` returns the very value last put while it is among the ``cached`` most recently
+    written (as the worker's table does), else a fresh decode of the stored bytes. With
+    ``check``, ``put_json`` raises ``AssertionError`` when the caller's bytes are not exactly
+    ``orjson.dumps(value, option=JSON_OPTS)``.
+    """
+
+    def __init__(self, cached: int = 256, check: bool = True) -> None:
+        self.data: dict[str, bytes] = {}
+        self._decoded: dict[str, tuple[bytes, Any]] = {}
+        self.cached, self.check, self.put_json_calls = cached, check, 0
+
+    def get(self, key: str) -> Any | None:
+        raw = self.data.get(key)
+        if raw is None:
+            return None
+        hit = self._decoded.get(key)
+        return hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
+
+    def put(self, key: str, value: Any) -> None:
+        self._keep(key, value, orjson.dumps(value, option=JSON_OPTS))
+
+    def put_json(self, key: str, value: Any, data: bytes) -> None:
+        if self.check and data != orjson.dumps(value, option=JSON_OPTS):
+            raise AssertionError(f"put_json bytes of {key!r} are not orjson.dumps of its value")
+        self.put_json_calls += 1
+        self._keep(key, value, data)
+
+    def _keep(self, key: str, value: Any, data: bytes) -> None:
+        self.data[key] = data
+        decoded = self._decoded
+        decoded.pop(key, None)
+        decoded[key] = (data, value)
+        while len(decoded) > self.cached:
+            del decoded[next(iter(decoded))]
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+        self._decoded.pop(key, None)
+
+    def items(self) -> Any:
+        return [(k, orjson.loads(v)) for k, v in self.data.items()]

@@ -26,10 +26,8 @@ from typing import Any
 
 import orjson
 
+from rewardflow.core.config import JSON_OPTS
 from rewardflow.core.turn import TurnState
-
-JSON_OPTS = orjson.OPT_NON_STR_KEYS
-"""The orjson options state is stored with (a store that takes pre-encoded values uses these)."""
 
 
 @dataclass(slots=True)
