@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from rewardflow.core.config import JSON_OPTS
+from rewardflow.core.config import JSON_OPTS, DecodedCache
 from rewardflow_streams.sender import OutputSender
 
 _OPTS = JSON_OPTS
@@ -41,22 +41,16 @@ class TableStore:
         self.max_bytes = max_bytes
         self.partition: int | None = None
         self._queue: list[tuple[int, str, bytes | None]] = []
-        # key -> (bytes written, the value they encode): the core reads back what it wrote in the
-        # previous batch; decoding it again cost ~5% of the worker. Valid only while the table
-        # still holds those very bytes (a changelog recovery writes new objects). Oldest evicted.
-        self._decoded: dict[str, tuple[bytes, Any]] = {}
-        self._decoded_max = decoded_cache
+        # the core reads back what it wrote in the previous batch; decoding it again cost ~5% of
+        # the worker. Valid only while the table still holds those very bytes (a changelog
+        # recovery writes new objects).
+        self._decoded = DecodedCache(decoded_cache)
 
     def get(self, key: str) -> Any | None:
         """The stored value; the very object last ``put`` under ``key`` while the table still holds
         its bytes (as :class:`~rewardflow.core.config.DictStore` does), else a fresh decode."""
         raw = self.table.data.get(key)
-        if raw is None:
-            return None
-        hit = self._decoded.get(key)
-        if hit is not None and hit[0] is raw:
-            return hit[1]
-        return orjson.loads(raw)
+        return None if raw is None else self._decoded.read(key, raw)
 
     def put(self, key: str, value: Any) -> None:
         self.put_json(key, value, orjson.dumps(value, option=_OPTS))
@@ -70,17 +64,13 @@ class TableStore:
                              f"{self.max_bytes:,}-byte record limit")
         self._queue.append((self._partition(), key, data))
         self.table.data[key] = data
-        decoded = self._decoded
-        decoded.pop(key, None)
-        decoded[key] = (data, value)
-        if len(decoded) > self._decoded_max:
-            del decoded[next(iter(decoded))]
+        self._decoded.keep(key, data, value)
 
     def delete(self, key: str) -> None:
         if key in self.table.data:
             self._queue.append((self._partition(), key, None))
             del self.table.data[key]
-        self._decoded.pop(key, None)
+        self._decoded.drop(key)
 
     def send_queued(self) -> None:
         """Hand the queued changelog records to the sender, in order (blocks only while it is full)."""

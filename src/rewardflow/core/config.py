@@ -85,47 +85,65 @@ class DictStore:
         return list(self.data.items())
 
 
+class DecodedCache:
+    """The values last written under the ``size`` most recently written keys of a store that keeps
+    encoded bytes, beside those bytes: reading a key back gives the very value written while the
+    store still holds those very bytes (replaced bytes, by a changelog recovery say, are decoded).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: dict[str, tuple[bytes, Any]] = {}
+
+    def read(self, key: str, raw: bytes) -> Any:
+        """The value of ``raw``, the bytes the store now holds under ``key``."""
+        hit = self._kept.get(key)
+        return hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
+
+    def keep(self, key: str, data: bytes, value: Any) -> None:
+        kept = self._kept
+        kept.pop(key, None)
+        kept[key] = (data, value)
+        while len(kept) > self.size:
+            del kept[next(iter(kept))]  # the least recently written
+
+    def drop(self, key: str) -> None:
+        self._kept.pop(key, None)
+
+
 class EncodedStore:
     """A :class:`StateStore` of encoded values, as the worker's table keeps them (replay checks, tests).
 
     ``get`` returns the very value last put while it is among the ``cached`` most recently
-    written (as the worker's table does), else a fresh decode of the stored bytes. With
-    ``check``, ``put_json`` raises ``AssertionError`` when the caller's bytes are not exactly
-    ``orjson.dumps(value, option=JSON_OPTS)``.
+    written (a :class:`DecodedCache`, as the worker's table has), else a fresh decode of the
+    stored bytes. With ``check``, ``put_json`` raises ``AssertionError`` when the caller's bytes
+    are not exactly ``orjson.dumps(value, option=JSON_OPTS)``.
     """
 
     def __init__(self, cached: int = 256, check: bool = True) -> None:
         self.data: dict[str, bytes] = {}
-        self._decoded: dict[str, tuple[bytes, Any]] = {}
-        self.cached, self.check, self.put_json_calls = cached, check, 0
+        self._decoded = DecodedCache(cached)
+        self.check, self.put_json_calls = check, 0
 
     def get(self, key: str) -> Any | None:
         raw = self.data.get(key)
-        if raw is None:
-            return None
-        hit = self._decoded.get(key)
-        return hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
+        return None if raw is None else self._decoded.read(key, raw)
 
     def put(self, key: str, value: Any) -> None:
-        self._keep(key, value, orjson.dumps(value, option=JSON_OPTS))
+        data = orjson.dumps(value, option=JSON_OPTS)
+        self.data[key] = data
+        self._decoded.keep(key, data, value)
 
     def put_json(self, key: str, value: Any, data: bytes) -> None:
         if self.check and data != orjson.dumps(value, option=JSON_OPTS):
             raise AssertionError(f"put_json bytes of {key!r} are not orjson.dumps of its value")
         self.put_json_calls += 1
-        self._keep(key, value, data)
-
-    def _keep(self, key: str, value: Any, data: bytes) -> None:
         self.data[key] = data
-        decoded = self._decoded
-        decoded.pop(key, None)
-        decoded[key] = (data, value)
-        while len(decoded) > self.cached:
-            del decoded[next(iter(decoded))]
+        self._decoded.keep(key, data, value)
 
     def delete(self, key: str) -> None:
         self.data.pop(key, None)
-        self._decoded.pop(key, None)
+        self._decoded.drop(key)
 
     def items(self) -> Any:
         return [(k, orjson.loads(v)) for k, v in self.data.items()]
