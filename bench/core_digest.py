@@ -7,10 +7,12 @@ partition (every turn finalised, every window closed), and prints a SHA-256 of
 every output row, in order, and of the final stored state. Then it times the
 same run ``--reps`` times (no hashing) and prints events/s.
 
-Use it to prove a change to the core output-identical: the digest must not
-move. It depends only on the code and the seed (event time is the workload's,
-``now_ms`` is 0). For reference, the digest of session 5's code:
-avro ``2b4c2f39…1c94``, json ``4d92c731…6404``.
+Use it to prove a change to the core output-identical: the outputs digest must
+not move. It depends only on the code and the seed (event time is the workload's,
+``now_ms`` is 0). For reference, the outputs digests of sessions 6 and 7's code:
+avro ``9ceb5c09…a9a7``, json ``e59a683f…0818``, ``--store json --batch-records 7``
+``237e8b5b…f1``. The state digest moves when the stored format does (session 7:
+the meta key's batch marks carry the closed-through; avro ``69b9bd50…2597``).
 
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
@@ -77,19 +79,21 @@ def run(records: list[Any], keep: bool, store: str = "dict",
     return time.perf_counter() - start, outs, procs
 
 
-def digest(outs: list[Outputs], procs: dict[int, PartitionProcessor]) -> str:
+def digest(outs: list[Outputs], procs: dict[int, PartitionProcessor]) -> tuple[str, str]:
+    """sha256 of every output row in order, and of every processor's final state."""
     h = hashlib.sha256()
     for out in outs:
         for name in out.__slots__:
             for row in getattr(out, name):
                 h.update(name.encode())
                 h.update(orjson.dumps(row, option=_OPTS, default=repr))
+    state = hashlib.sha256()
     for proc in procs.values():
         for key, value in sorted(proc.store.items()):
-            h.update(key.encode())
+            state.update(key.encode())
             # (through JSON: a dict store holds int map keys that an encoded store gives back as str)
-            h.update(orjson.dumps(orjson.loads(orjson.dumps(value, option=_OPTS)), option=_OPTS))
-    return h.hexdigest()
+            state.update(orjson.dumps(orjson.loads(orjson.dumps(value, option=_OPTS)), option=_OPTS))
+    return h.hexdigest(), state.hexdigest()
 
 
 def main() -> None:
@@ -103,7 +107,9 @@ def main() -> None:
     args = ap.parse_args()
     records = session_batches(args.events, args.format)
     _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records)
-    print(f"digest {digest(outs, procs)}  ({args.events:,} events, {args.format}, {args.store} store)")
+    rows, state = digest(outs, procs)
+    print(f"digest outputs {rows}  ({args.events:,} events, {args.format}, {args.store} store)")
+    print(f"digest state   {state}")
     del outs, procs
     times = []
     for _ in range(args.reps):

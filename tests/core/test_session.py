@@ -103,6 +103,22 @@ def test_prune_keeps_unchanged_tombstones_and_drops_expired_ones_in_order() -> N
     assert list(s.done) == ["r2", "r3", "r4"]
 
 
+def test_prune_holds_tombstones_a_restart_may_need_and_drops_them_once_it_cannot() -> None:
+    done = {f"r{i}": Tombstone(T0 + i * 1000, i, T0 + i * 100, None, None, T0 + i) for i in range(5)}
+    s = SessionState("s1", 0, done=dict(done))
+    s.note_seen("e0", T0, 0, 0)  # r0's event
+    # r0..r2 expire; r2 was decided at/after the commit (offset 2), r1's window closed after it
+    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=2, stored_closed_through=T0 + 100)
+    assert list(s.done) == ["r3", "r4"] and list(s.held) == ["r1", "r2"]
+    assert "e0" not in s.seen  # r0 is neither done nor held: its seen id goes
+    back = SessionState.from_obj(orjson.loads(s.to_json()))
+    assert back.held == s.held and back.done == s.done and not back.is_empty()
+    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=2, stored_closed_through=T0 + 1000)
+    assert list(s.held) == ["r2"]  # r1's window close is committed now; r2 still is not
+    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=3, stored_closed_through=T0 + 1000)
+    assert s.held == {} and len(orjson.loads(s.to_json())) == 6  # no held part written when empty
+
+
 _ops = st.lists(st.one_of(
     st.tuples(st.just("seen"), st.integers(0, 30), _ts),        # note_seen (a new id, or one seen before)
     st.tuples(st.just("finalise"), st.integers(0, 30), _ts),    # finalise (a new turn, or a replaced tombstone)
@@ -122,8 +138,8 @@ def test_to_json_is_the_encoding_of_to_obj_after_any_changes(s: SessionState, op
             s.note_seen(f"e{a}", b, a, 0)
         elif op == "finalise":
             s.finalise(f"done{a}", Tombstone(b, a, b, {"h": {"30": a}}, None, b))
-        elif op == "prune":
-            s.prune(a, b, b, a)
+        elif op == "prune":  # (holds pruned tombstones decided at or after offset b % 31)
+            s.prune(a, b, b, a, keep_offset=b % 31 if b % 2 else None)
         elif op == "turn":
             s.turns[f"open{a}"] = TurnState(f"open{a}", "s1", "org", b)
         assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)

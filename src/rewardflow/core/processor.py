@@ -77,8 +77,10 @@ class PartitionProcessor:
         self._close_prefix = f"r:{partition}:"
         self._meta_key = f"m:{partition}"
         self.last_offset = -1
-        self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
+        self._marks: list[list[int]] = []  # [first offset of a batch, watermark, min closed-through before it], oldest first
         self._prune_wm: int | None = None
+        self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
+        self._stored_ct: int | None = None  # closed-through as of the committed offset (see _mark)
         # session id -> (the value last written for it, the state it was written from): the next batch
         # takes that state back instead of decoding the value, while the store still returns that very
         # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it)
@@ -121,23 +123,29 @@ class PartitionProcessor:
         return out
 
     def _mark(self, first_offset: int, committed: int | None) -> None:
-        """Remember the watermark at the start of this batch; derive the watermark state may be pruned at.
+        """Remember the watermark and closed-through at the start of this batch; derive what pruning
+        must keep for a replay from the committed offset.
 
         Seen ids are pruned at the watermark as of the committed offset, not the current one: a
         replay after a crash starts at that offset and must recognise its records' events as
         redeliveries (a far-future tick would otherwise make it forget them and judge them late).
         Tombstones and everything else follow the current watermark, so decisions do not depend
-        on commit timing.
+        on commit timing; but a tombstone pruned at or after the committed offset, or whose window
+        closed after it, is only moved aside (:attr:`SessionState.held`) until the commit passes
+        both, so a restart still re-emits its outputs and recomputes its window.
         """
+        self._keep_offset = committed
         if not self._marks or first_offset > self._marks[-1][0]:  # a replayed batch adds no mark
-            self._marks.append([first_offset, self.wm])
+            self._marks.append([first_offset, self.wm, self.book.min_closed_through()])
         if committed is None:
             self._marks = self._marks[-_KEEP_CLOSES:]
-            self._prune_wm = None
+            self._prune_wm = self._stored_ct = None
             return
-        at = [i for i, (off, _) in enumerate(self._marks) if off <= committed]
+        at = [i for i, m in enumerate(self._marks) if m[0] <= committed]
         self._marks = self._marks[at[-1]:] if at else self._marks
-        self._prune_wm = min(wm for _, wm in self._marks)
+        self._prune_wm = min(m[1] for m in self._marks)
+        # (marks written before they carried closed-through hold every pruned tombstone)
+        self._stored_ct = min(m[2] if len(m) > 2 else -_NEVER for m in self._marks)
 
     def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
@@ -218,6 +226,8 @@ class PartitionProcessor:
             return
         rid = f["request_id"]
         done = st.done.get(rid)
+        if done is None and st.held:  # pruned meanwhile; a replay whose session state is ahead of its meta
+            done = st.held.get(rid)   # must still route the turn's events late, not start it anew
         if done is not None:
             # the watermark that finalised the turn: a replay after a crash gives the same row
             out.late.append(exclusion("late", ev, raw, _ckpt(done), done.wm, self.partition, offset, idx))
@@ -296,7 +306,8 @@ class PartitionProcessor:
                     turn.provisional_h = reached[-1]
                     o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
                     out.rewards.extend(score(o, s, h) for s, h in self._scored)
-        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm)
+        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
+                 keep_offset=self._keep_offset, stored_closed_through=self._stored_ct)
 
     def _deadlines(self, st: SessionState) -> list[int]:
         cfg, out = self.cfg, []
@@ -314,6 +325,8 @@ class PartitionProcessor:
     def _schedule(self, st: SessionState) -> None:
         cfg = self.cfg
         t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+        if st.held:  # held tombstones go at a prune once the commit passed them: look again later
+            t = self.wm if t is None else min(t, self.wm)
         if t is not None and t <= self.wm:  # blocked tombstones: look again one window later
             t = self.wm + min(cfg.window_sizes_s) * 1000
         t = min([*self._deadlines(st), *([] if t is None else [t])], default=None)  # deadlines are never postponed
@@ -400,6 +413,15 @@ class PartitionProcessor:
                     recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
                     for r in recs:
                         self.book.add(r)
+                    if tomb.offset >= first_offset:
+                        out.rewards.extend(recs)
+                elif tomb.orphan is not None and tomb.offset >= first_offset:
+                    out.excluded.append(tomb.orphan)  # type: ignore[arg-type]
+            for tomb in st.held.values():  # pruned while a restart may need them (SessionState.prune)
+                if tomb.outcome is not None:
+                    recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
+                    for r in recs:
+                        self.book.add(r)  # (a no-op unless the meta of the batch that closed its window was lost)
                     if tomb.offset >= first_offset:
                         out.rewards.extend(recs)
                 elif tomb.orphan is not None and tomb.offset >= first_offset:

@@ -11,6 +11,10 @@ the per-write cost (a session's events travel in one Kafka record).
 * ``done``: ``request_id -> tombstone`` — finalised turns, kept to route late
   events, to rebuild window partials after a restart and to re-emit outputs
   whose delivery is uncertain.
+* ``held``: tombstones the watermark has pruned from ``done`` while their
+  source offset was not committed yet. No decision reads them: they are kept
+  only so that a restart re-emits their outputs (whose delivery is uncertain
+  until the commit passes them), and dropped at the first prune after that.
 
 Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
 :meth:`to_json` gives the bytes of ``to_obj()`` as stores write them, re-encoding
@@ -58,6 +62,7 @@ class SessionState:
     turns: dict[str, TurnState] = field(default_factory=dict)
     seen: dict[str, list[int]] = field(default_factory=dict)
     done: dict[str, Tombstone] = field(default_factory=dict)
+    held: dict[str, Tombstone] = field(default_factory=dict)  # pruned, delivery uncertain (module docstring)
     _seen_min: int | None = field(default=None, repr=False, compare=False)  # cache, never persisted
     # to_json's encodings of seen and done: (the dict encoded, its length then, the bytes); never persisted
     _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
@@ -86,10 +91,11 @@ class SessionState:
         return self._seen_min
 
     def is_empty(self) -> bool:
-        return not (self.turns or self.seen or self.done)
+        return not (self.turns or self.seen or self.done or self.held)
 
     def prune(self, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int,
-              seen_wm: int | None = None) -> None:
+              seen_wm: int | None = None, keep_offset: int | None = None,
+              stored_closed_through: int | None = None) -> None:
         """Drop seen ids and tombstones that can no longer matter.
 
         A seen id goes once older than ``dedup_ms``, but not while a turn of
@@ -102,25 +108,44 @@ class SessionState:
         against ``seen_wm`` when given (the stream passes the watermark of its
         committed offset, so a replay still recognises its redelivered events;
         no decision other than duplicate-vs-new depends on seen ids).
+
+        A pruned tombstone moves to ``held`` while a restart may still need it (decisions read
+        ``done`` only, so they do not depend on when commits happen):
+
+        * ``keep_offset``, the source's committed offset when known: a tombstone decided at or after it
+          is held, since its outputs may be lost with the batch that pruned it and only a restart's
+          re-emission recovers them;
+        * ``stored_closed_through``, the closed-through of the windows whose closes the store already
+          holds (the batch's start): a tombstone whose window closed only in this batch is held, since
+          a restart that loses the batch's meta write recomputes that window from the tombstones.
+
+        A held tombstone goes at a prune where neither holds any more.
         """
         done = self.done
         if done:
             limit = wm - keep_done_ms
             for t in done.values():
                 if t.wm < limit and t.served_ts < closed_through:  # something to drop: filter (keeps order)
-                    self.done = done = {
-                        k: x for k, x in done.items() if x.wm >= limit or x.served_ts >= closed_through
-                    }
+                    kept: dict[str, Tombstone] = {}
+                    for k, x in done.items():
+                        if x.wm >= limit or x.served_ts >= closed_through:
+                            kept[k] = x
+                        elif _needed(x, keep_offset, stored_closed_through):
+                            self.held[k] = x
+                    self.done = done = kept
                     self._done_json = None
                     break
+        if self.held:
+            self.held = {k: x for k, x in self.held.items() if _needed(x, keep_offset, stored_closed_through)}
         if self.seen:
             limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
             for turn in self.turns.values():  # an open turn's events must stay known, or a resend would count twice
                 if turn.first_ts < limit:
                     limit = turn.first_ts
-            for t in done.values():  # ...and so must a finalised turn's, while its tombstone is kept
-                if t.first_ts is not None and t.first_ts < limit:
-                    limit = t.first_ts
+            for tombs in (done, self.held):  # ...and so must a finalised turn's, while its tombstone is kept
+                for t in tombs.values():
+                    if t.first_ts is not None and t.first_ts < limit:
+                        limit = t.first_ts
             if self.seen_floor() < limit:
                 self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
                 self._seen_min = None
@@ -141,7 +166,7 @@ class SessionState:
         return best
 
     def to_obj(self) -> list[Any]:
-        return [
+        obj = [
             self.session_id,
             self.partition,
             [t.to_obj() for t in self.turns.values()],
@@ -149,6 +174,9 @@ class SessionState:
             {k: t.to_obj() for k, t in self.done.items()},
             self.seen_floor() if self.seen else None,
         ]
+        if self.held:  # absent when empty (almost always): state written before it reads the same
+            obj.append({k: t.to_obj() for k, t in self.held.items()})
+        return obj
 
     def to_json(self, obj: list[Any] | None = None) -> bytes:
         """``orjson.dumps(obj, option=JSON_OPTS)`` byte for byte, where ``obj`` is :meth:`to_obj`'s
@@ -165,7 +193,8 @@ class SessionState:
         s = self._seen_json = _encoded(self._seen_json, self.seen, self.seen)
         d = self._done_json = _encoded(self._done_json, self.done, obj[4])
         head = orjson.dumps(obj[:3], option=JSON_OPTS)  # '[sid,partition,[turns]]'
-        return b"".join((head[:-1], b",", s[2], b",", d[2], b",", orjson.dumps(obj[5]), b"]"))
+        tail = orjson.dumps(obj[5:], option=JSON_OPTS)  # '[seen_floor]' or '[seen_floor,{held}]'
+        return b"".join((head[:-1], b",", s[2], b",", d[2], b",", tail[1:]))
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> SessionState:
@@ -177,8 +206,15 @@ class SessionState:
             {t.request_id: t for t in turns},
             o[3],
             {k: tomb(v) for k, v in o[4].items()},
-            o[5] if len(o) > 5 else None,
+            {k: tomb(v) for k, v in o[6].items()} if len(o) > 6 else {},
+            _seen_min=o[5] if len(o) > 5 else None,
         )
+
+
+def _needed(t: Tombstone, keep_offset: int | None, stored_closed_through: int | None) -> bool:
+    """Whether a restart may still need a pruned tombstone (:meth:`SessionState.prune`)."""
+    return ((keep_offset is not None and t.offset >= keep_offset)
+            or (stored_closed_through is not None and t.served_ts >= stored_closed_through))
 
 
 def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
