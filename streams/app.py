@@ -128,6 +128,9 @@ class JoinWorker:
         # "p:offset": commits of raw partition p past offset fail as during a rebalance (fault tests only)
         fail_from = os.environ.get("RF_FAULT_FAIL_COMMITS_FROM", "")
         self._fault_commit_from = tuple(int(x) for x in fail_from.split(":")) if fail_from else None
+        # a marker path: the first batch with a far-future tick dies after its state writes are in the
+        # changelog, before its outputs are sent, and leaves the marker (fault tests only)
+        self._fault_die_marker = os.environ.get("RF_FAULT_DIE_BEFORE_OUTPUTS", "")
         self._out_limit = min(settings.max_record_bytes, _MAX_OUTPUT_RECORD)
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
@@ -189,6 +192,23 @@ class JoinWorker:
         log.warning("fault hook: the first delivery of %s[%d]@%d is lost", msg.topic, msg.partition, msg.offset)
         return True
 
+    async def _die_before_outputs(self, msgs: list[Any]) -> None:
+        """Fault hook of the tests (``RF_FAULT_DIE_BEFORE_OUTPUTS=<marker path>``): in the first batch
+        holding a far-future tick (watermark >= 2**52) while the marker does not exist, wait until the
+        batch's state writes are acknowledged, create the marker and exit at once (code 9): the
+        changelog has the batch's state, Kafka none of its outputs, and nothing is committed."""
+        marker = self._fault_die_marker
+        far = [m for m in msgs if record_format(m.headers) == TICK and orjson.loads(m.value or b"{}").get("wm", 0) >= 2**52]
+        if not far or os.path.exists(marker):
+            return
+        await self.sender.confirm()
+        with open(marker, "w") as f:
+            f.write(f"{msgs[0].partition}:{msgs[0].offset}..{msgs[-1].offset}")
+        log.warning("fault hook: dying after the state writes of %s[%d]@%d..%d, before its outputs",
+                    msgs[0].topic, msgs[0].partition, msgs[0].offset, msgs[-1].offset)
+        logging.shutdown()
+        os._exit(9)
+
     def _install_commit_fault(self, partition: int, limit: int) -> None:
         """Fault hook of the tests (``RF_FAULT_FAIL_COMMITS_FROM=p:offset``): a commit of raw
         partition ``p`` past ``offset`` fails the way aiokafka's ``CommitFailedError: ... already
@@ -237,6 +257,8 @@ class JoinWorker:
                           proc.prune_wm, len(out.late), len(out.valid))
             mark = time.perf_counter()
             self.store.send_queued()
+            if self._fault_die_marker:
+                await self._die_before_outputs(msgs)
             self._emit(out, partition)
             timed("encode", time.perf_counter() - mark)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it

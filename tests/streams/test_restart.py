@@ -170,3 +170,30 @@ def test_a_late_row_reread_after_a_restart_equals_the_first() -> None:
     restarted = PartitionProcessor(cfg, specs, store, "raw", 0)
     again = [restarted.process(v, h, i, 0) for i, (v, h) in enumerate(records) if i >= 2]
     assert again[0].late == before[2].late
+
+
+@pytest.mark.kafka
+def test_turns_finalised_and_pruned_by_a_batch_that_died_before_its_outputs_are_re_emitted(
+        deploy: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """One batch finalises turns by the watermark, then a far-future tick prunes their tombstones; the
+    worker dies with that state in the changelog and none of the batch's outputs sent (the fault hook
+    ``RF_FAULT_DIE_BEFORE_OUTPUTS``). The restarted worker replays the batch, whose events are all
+    redeliveries: only the pruned tombstones, held for it, can give the final rewards back."""
+    marker = tmp_path / "died"
+    monkeypatch.setenv("RF_FAULT_DIE_BEFORE_OUTPUTS", str(marker))
+    d = deploy()
+    settle = JoinConfig.from_settings(d.settings).settle_ms
+    d.worker.stop()  # what follows reaches the restarted worker in one batch
+    turns = [turn(f"r{i}", "s1", T0 + i * 1000, horizons=(30, 120)) for i in range(5)]
+    later = ev("InferenceServed", "x", "s1", ts=T0 + 10 * settle)  # its event time finalises the five
+    d.raw.send_many([(0, *json_record(*evs)) for evs in turns] + [(0, *json_record(later)), (0, *tick_record(FLUSH_WM))])
+    d.worker.start()
+    assert d.worker.wait_exit(60) == 9, d.worker.log_tail()
+    first, last = (int(x) for x in marker.read_text().split(":")[1].split(".."))
+    assert last - first + 1 >= 7, f"the batch that died was {first}..{last}: not all 7 records, not the scenario"
+    d.worker.restart(60)
+    want = {f"r{i}" for i in range(5)} | {"x"}
+    out = d.out.until(lambda o: {r["sample_id"] for r in o.finals()} >= want, 40, "every turn final").settle(1.0)
+    finals = out.finals()
+    assert {r["sample_id"] for r in finals} == want and len(finals) == len({r["reward_id"] for r in finals}) == 12
+    assert out.rows[T.LATE] == []
