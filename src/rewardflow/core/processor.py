@@ -21,6 +21,11 @@ Delivery contract (at-least-once with deterministic ids):
   and every final output decided at or after that record's offset is
   re-emitted, because its delivery is uncertain. Ids are deterministic, so
   re-emission only ever produces duplicates with equal ids.
+* State a replay needs is kept until the commit passes it: seen ids are pruned
+  at the watermark of the committed offset, and a tombstone the watermark
+  prunes while its turn's outputs or window may still be replayed is moved to
+  ``SessionState.held`` (re-emitted by :meth:`rebuild`, read by late routing,
+  never by other decisions) instead of being dropped.
 * A redelivered event (same offset and index as recorded in ``seen``) is not
   applied again nor counted as a duplicate; its valid row is re-emitted (same
   id). A client resend of the same ``event_id`` is a duplicate.
