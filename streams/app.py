@@ -117,7 +117,8 @@ class JoinWorker:
             settings.kafka_client_config(), client_id=settings.topic("worker-out"),
             max_message_bytes=max(changelog_max, dead_letter_record_limit(settings)),
         )
-        self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096)
+        self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096,
+                                decoded_cache=settings.worker_state_cache)
         self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, settings.kafka_client_config())
         self._admin: Any = None
         self._assigned_at = 0
@@ -181,6 +182,8 @@ class JoinWorker:
                 continue
             ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
             self.metrics.observe(out, records=len(msgs), ticks=ticks)
+        self.metrics.counters["state_reads"] = self.store.reads
+        self.metrics.counters["state_decodes"] = self.store.decodes
 
     def _skipped_by_fault(self, msg: Any) -> bool:
         """Fault hook of the tests: lose the first delivery of chosen records, as Faust's consumer can."""

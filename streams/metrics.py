@@ -22,7 +22,7 @@ class WorkerMetrics:
         self.counters: dict[str, int] = {
             "records_in": 0, "events_valid": 0, "dead_letters": 0, "late": 0, "duplicates": 0,
             "orphans": 0, "rewards_final": 0, "rewards_provisional": 0, "windows_closed": 0, "ticks": 0,
-            "offset_gaps": 0, "offset_gap_records_lost": 0,
+            "offset_gaps": 0, "offset_gap_records_lost": 0, "state_reads": 0, "state_decodes": 0,
         }
         self.dead_by_reason: dict[str, int] = {}
         self.dlq_limit, self.window_s = dlq_limit, window_s

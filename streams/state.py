@@ -35,7 +35,7 @@ class TableStore:
     """Adapter: the core's store protocol on a Faust Table of raw bytes."""
 
     def __init__(self, table: Any, sender: OutputSender, max_bytes: int | None = None,
-                 decoded_cache: int = 4096) -> None:
+                 decoded_cache: int = 16_384) -> None:
         self.table = table
         self.sender = sender
         self.max_bytes = max_bytes
@@ -45,6 +45,15 @@ class TableStore:
         # the worker. Valid only while the table still holds those very bytes (a changelog
         # recovery writes new objects).
         self._decoded = DecodedCache(decoded_cache)
+
+    @property
+    def reads(self) -> int:
+        """Values read so far (``get``), and those of them decoded from bytes (not in the cache)."""
+        return self._decoded.reads
+
+    @property
+    def decodes(self) -> int:
+        return self._decoded.decodes
 
     def get(self, key: str) -> Any | None:
         """The stored value; the very object last ``put`` under ``key`` while the table still holds

@@ -24,6 +24,7 @@ class JoinConfig:
     window_sizes_s: tuple[int, ...] = (300, 3600)
     max_record_bytes: int = 1_000_000
     max_batch_events: int = 500
+    state_cache: int = 4_096  # decoded session states kept between batches, per partition (processor._session)
     # derived (read per event on the hot path, so computed once)
     final_horizon_ms: int = field(init=False)
     settle_ms: int = field(init=False)  # from a turn's anchor to its final deadline
@@ -42,6 +43,7 @@ class JoinConfig:
             provisional=s.provisional, dedup_ms=s.dedup_horizon_ms, tombstone_ms=s.tombstone_ms,
             window_sizes_s=tuple(s.window_sizes_s), max_record_bytes=s.max_record_bytes,
             max_batch_events=s.max_batch_events,
+            state_cache=max(64, s.worker_state_cache // max(1, s.partitions)),
         )
 
 
@@ -94,11 +96,16 @@ class DecodedCache:
     def __init__(self, size: int) -> None:
         self.size = size
         self._kept: dict[str, tuple[bytes, Any]] = {}
+        self.reads = self.decodes = 0  # (counters for metrics)
 
     def read(self, key: str, raw: bytes) -> Any:
         """The value of ``raw``, the bytes the store now holds under ``key``."""
+        self.reads += 1
         hit = self._kept.get(key)
-        return hit[1] if hit is not None and hit[0] is raw else orjson.loads(raw)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        self.decodes += 1
+        return orjson.loads(raw)
 
     def keep(self, key: str, data: bytes, value: Any) -> None:
         kept = self._kept

@@ -54,7 +54,6 @@ from rewardflow.rewards.spec import RewardSpec
 
 TICK = "tick"
 _KEEP_CLOSES = 64
-_KEEP_STATES = 1024  # decoded session states kept between batches, per partition (see _session)
 _CLOSE_CHUNK = 200  # window aggregates per stored close key (~200 KB), far under a changelog record
 _NEVER = 2**62
 
@@ -366,7 +365,7 @@ class PartitionProcessor:
             else:
                 store.put("s:" + sid, obj)
             states[sid] = (obj, st)
-        while len(states) > _KEEP_STATES:
+        while len(states) > self.cfg.state_cache:
             del states[next(iter(states))]  # the least recently written
         # Each window close is kept under its own keys until the source commit passes it, so a
         # restart can re-emit the closes whose delivery is uncertain; the meta key stays small.
