@@ -15,7 +15,8 @@ the process that owns a chDB directory. :func:`check` asserts, against the
 * events: every distinct valid event once; exclusions: one ``duplicate`` per
   repeated delivery, the orphans of the workload; nothing late.
 
-It returns a summary (row counts, stored duplicates) for the test report.
+Every invariant is checked, and a failure lists all that failed. It returns a
+summary (row counts, stored duplicates) for the test report.
 """
 
 from __future__ import annotations
@@ -76,9 +77,28 @@ def check(results: dict[str, Any], workload: Workload, sender: Sender, *, late_o
 
     ``late_ok``: do not assert that nothing was routed late (the caller reports late rows itself);
     every other invariant is asserted all the same."""
-    _check_rewards(results["final_rewards"], workload)
-    _check_windows(results["windows"], results["window_partials"], results["final_rewards"], workload)
-    _check_dead_letters(results["dead_letters"], workload, sender)
+    failures: list[str] = []  # every invariant is checked, so a failure report shows them all
+
+    def attempt(name: str, check_one: Any, *args: Any) -> None:
+        try:
+            check_one(*args)
+        except AssertionError as exc:
+            failures.append(f"{name}: {exc}")
+
+    attempt("rewards", _check_rewards, results["final_rewards"], workload)
+    attempt("windows", _check_windows, results["windows"], results["window_partials"], results["final_rewards"], workload)
+    attempt("dead letters", _check_dead_letters, results["dead_letters"], workload, sender)
+    attempt("events and exclusions", _check_events, results, workload, late_ok)
+    assert not failures, "\n".join(failures)
+    counts = results["counts"]
+    return {"final_rewards": len(results["final_rewards"]), "windows": len(results["windows"]),
+            "dead_letters": len(results["dead_letters"]), "events": len(results["event_ids"]),
+            "exclusions": dict(results["exclusions"]),
+            "stored_duplicates": {t: c[0] - c[1] for t, c in counts.items() if c[0] != c[1]},
+            "sink_batches": results["sink_batches"], "late_rows": counts["late_events"][1]}
+
+
+def _check_events(results: dict[str, Any], workload: Workload, late_ok: bool) -> None:
     ids = results["event_ids"]
     assert len(ids) == len(set(ids)) and set(ids) == workload.valid_ids, \
         f"events: {len(set(ids) - workload.valid_ids)} unexpected, {len(workload.valid_ids - set(ids))} missing"
@@ -87,11 +107,6 @@ def check(results: dict[str, Any], workload: Workload, sender: Sender, *, late_o
     assert excl.get("orphan", 0) == workload.orphans, excl
     assert set(excl) <= {"duplicate", "orphan"}, excl
     assert late_ok or results["counts"]["late_events"][1] == 0, (results["counts"]["late_events"], results["late_rows"])
-    counts = results["counts"]
-    return {"final_rewards": len(results["final_rewards"]), "windows": len(results["windows"]),
-            "dead_letters": len(results["dead_letters"]), "events": len(ids), "exclusions": excl,
-            "stored_duplicates": {t: c[0] - c[1] for t, c in counts.items() if c[0] != c[1]},
-            "sink_batches": results["sink_batches"], "late_rows": counts["late_events"][1]}
 
 
 def _check_rewards(rows: list[dict[str, Any]], workload: Workload) -> None:
