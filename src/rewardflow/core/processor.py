@@ -412,20 +412,13 @@ class PartitionProcessor:
             for rid, turn in st.turns.items():
                 if turn.served is not None:
                     self._open_served[rid] = turn.served["ts"]
-            for tomb in st.done.values():
+            # (held tombstones are pruned ones a restart may need, SessionState.prune: adding one to the
+            # book is a no-op unless the meta write of the batch that closed its window was lost)
+            for tomb in (*st.done.values(), *st.held.values()):
                 if tomb.outcome is not None:
                     recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
                     for r in recs:
                         self.book.add(r)
-                    if tomb.offset >= first_offset:
-                        out.rewards.extend(recs)
-                elif tomb.orphan is not None and tomb.offset >= first_offset:
-                    out.excluded.append(tomb.orphan)  # type: ignore[arg-type]
-            for tomb in st.held.values():  # pruned while a restart may need them (SessionState.prune)
-                if tomb.outcome is not None:
-                    recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
-                    for r in recs:
-                        self.book.add(r)  # (a no-op unless the meta of the batch that closed its window was lost)
                     if tomb.offset >= first_offset:
                         out.rewards.extend(recs)
                 elif tomb.orphan is not None and tomb.offset >= first_offset:

@@ -11,10 +11,12 @@ the per-write cost (a session's events travel in one Kafka record).
 * ``done``: ``request_id -> tombstone`` — finalised turns, kept to route late
   events, to rebuild window partials after a restart and to re-emit outputs
   whose delivery is uncertain.
-* ``held``: tombstones the watermark has pruned from ``done`` while their
-  source offset was not committed yet. No decision reads them: they are kept
-  only so that a restart re-emits their outputs (whose delivery is uncertain
-  until the commit passes them), and dropped at the first prune after that.
+* ``held``: tombstones the watermark has pruned from ``done`` while a restart
+  may still need them (their turn decided, or their window closed, after the
+  committed offset): a restart re-emits their outputs and rebuilds windows
+  from them, and late routing still finds them (a replayed record may meet a
+  state written after it); nothing else reads them. They go at the first
+  prune after the commit passed them.
 
 Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
 :meth:`to_json` gives the bytes of ``to_obj()`` as stores write them, re-encoding
@@ -109,15 +111,15 @@ class SessionState:
         committed offset, so a replay still recognises its redelivered events;
         no decision other than duplicate-vs-new depends on seen ids).
 
-        A pruned tombstone moves to ``held`` while a restart may still need it (decisions read
-        ``done`` only, so they do not depend on when commits happen):
+        A pruned tombstone moves to ``held`` while a restart may still need it (only late routing
+        and a restart read ``held``):
 
         * ``keep_offset``, the source's committed offset when known: a tombstone decided at or after it
           is held, since its outputs may be lost with the batch that pruned it and only a restart's
           re-emission recovers them;
-        * ``stored_closed_through``, the closed-through of the windows whose closes the store already
-          holds (the batch's start): a tombstone whose window closed only in this batch is held, since
-          a restart that loses the batch's meta write recomputes that window from the tombstones.
+        * ``stored_closed_through``, the closed-through as of the committed offset: a tombstone whose
+          window closed after it is held, since a restart that loses the meta write of the batch that
+          closed it recomputes that window from the tombstones.
 
         A held tombstone goes at a prune where neither holds any more.
         """
