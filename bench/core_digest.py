@@ -11,8 +11,8 @@ Use it to prove a change to the core output-identical: the outputs digest must
 not move. It depends only on the code and the seed (event time is the workload's,
 ``now_ms`` is 0). For reference, the outputs digests of sessions 6 and 7's code:
 avro ``9ceb5c09…a9a7``, json ``e59a683f…0818``, ``--store json --batch-records 7``
-``237e8b5b…f1``. The state digest moves when the stored format does (session 7:
-the meta key's batch marks carry the closed-through; avro ``69b9bd50…2597``).
+``237e8b5b…f1``; the state digest, avro ``235f8200…dd6c``. The state digest
+moves only when the stored format does.
 
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``

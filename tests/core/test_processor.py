@@ -812,12 +812,29 @@ def _with_far_tick(records: list[tuple[bytes | None, Any]], rng: random.Random) 
     return [*records[:at], tick_record_of(T0 + 50 * CFG.keep_done_ms), *records[at:]]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 10_000), data=st.data())
 def test_restart_under_the_workers_commits_reproduces_the_uninterrupted_outputs(seed: int, data: st.DataObject) -> None:
     """As the worker runs: each batch knows a committed offset (a batch start, lagging a few batches),
     and a tick may jump the watermark past every tombstone's lifetime. Crash after batch X plus part of
     X+1's writes, resume at a committed offset between the one X+1 was given and X+1's start."""
+    restart_under_commits(seed, lambda label, lo, hi: data.draw(st.integers(lo, hi), label=label))
+
+
+@pytest.mark.parametrize("seed,crash_after,partial,commit_at", [
+    (34, 5, 1, 5),  # a late event replayed against a session written after the prune (found in CI)
+    (406, 2, 1, 0),  # the final rewards of turns finalised and pruned in the lost batch
+    (918, 2, 1, 1),  # a window recomputed without a tombstone the lost batch pruned
+    (62, 4, 1, 4),  # an event of a pruned turn opened the turn again on replay
+])
+def test_restart_under_the_workers_commits_regressions(seed: int, crash_after: int, partial: int, commit_at: int) -> None:
+    picks = {"crash after batch": crash_after, "writes of the next batch that survived": partial,
+             "batch the broker's commit is at": commit_at}
+    restart_under_commits(seed, lambda label, lo, hi: min(max(picks[label], lo), hi))
+
+
+def restart_under_commits(seed: int, pick: Any) -> None:
+    """The property above for one seed; ``pick(label, lo, hi)`` chooses the crash point and commit."""
     rng = random.Random(seed)
     records = _with_far_tick(workload(seed), rng)
     batches = _batches(rng, len(records))
@@ -829,11 +846,10 @@ def test_restart_under_the_workers_commits_reproduces_the_uninterrupted_outputs(
         given_commit.append(j)
         outs.append(proc.process_batch([(*records[k], k) for k in b], 1_000_000, committed=batches[j][0]))
         marks.append(len(store.log))
-    x = data.draw(st.integers(0, len(batches) - 2), label="crash after batch")
-    partial = data.draw(st.integers(0, 8), label="writes of the next batch that survived")
+    x = pick("crash after batch", 0, len(batches) - 2)
+    partial = pick("writes of the next batch that survived", 0, 8)
     n_writes = marks[x + 1] + min(partial, marks[x + 2] - marks[x + 1])
-    k = data.draw(st.integers(given_commit[x + 1], x + 1), label="batch the broker's commit is at")
-    c = batches[k][0]
+    c = batches[pick("batch the broker's commit is at", given_commit[x + 1], x + 1)][0]
     again = PartitionProcessor(CFG, list(SPECS), snapshot(store.log, n_writes), "raw", 0)
     tail = [again.process_batch([(*records[i], i) for i in r], 1_000_000, committed=c)
             for r in (range(b[0] + c, b[-1] + c + 1) for b in _batches(random.Random(seed + 1), len(records) - c))]

@@ -103,19 +103,20 @@ def test_prune_keeps_unchanged_tombstones_and_drops_expired_ones_in_order() -> N
     assert list(s.done) == ["r2", "r3", "r4"]
 
 
-def test_prune_holds_tombstones_a_restart_may_need_and_drops_them_once_it_cannot() -> None:
+def test_prune_holds_tombstones_pruned_at_an_uncommitted_offset_until_the_commit_passes_it() -> None:
     done = {f"r{i}": Tombstone(T0 + i * 1000, i, T0 + i * 100, None, None, T0 + i) for i in range(5)}
     s = SessionState("s1", 0, done=dict(done))
-    s.note_seen("e0", T0, 0, 0)  # r0's event
-    # r0..r2 expire; r2 was decided at/after the commit (offset 2), r1's window closed after it
-    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=2, stored_closed_through=T0 + 100)
-    assert list(s.done) == ["r3", "r4"] and list(s.held) == ["r1", "r2"]
+    s.note_seen("e0", T0, 0, 0)
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=None, offset=7)  # commit unknown: dropped
+    assert list(s.done) == ["r2", "r3", "r4"] and s.held == {}
+    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=7, offset=9)  # r2 pruned at 9 >= 7: held
+    assert list(s.done) == ["r3", "r4"] and s.held == {"r2": (9, done["r2"])}
     assert "e0" not in s.seen  # r0 is neither done nor held: its seen id goes
     back = SessionState.from_obj(orjson.loads(s.to_json()))
     assert back.held == s.held and back.done == s.done and not back.is_empty()
-    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=2, stored_closed_through=T0 + 1000)
-    assert list(s.held) == ["r2"]  # r1's window close is committed now; r2 still is not
-    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=3, stored_closed_through=T0 + 1000)
+    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=9, offset=12)
+    assert list(s.held) == ["r2"]  # the batch that pruned it (offset 9) may still be replayed
+    s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=10, offset=12)
     assert s.held == {} and len(orjson.loads(s.to_json())) == 6  # no held part written when empty
 
 
@@ -139,7 +140,7 @@ def test_to_json_is_the_encoding_of_to_obj_after_any_changes(s: SessionState, op
         elif op == "finalise":
             s.finalise(f"done{a}", Tombstone(b, a, b, {"h": {"30": a}}, None, b))
         elif op == "prune":  # (holds pruned tombstones decided at or after offset b % 31)
-            s.prune(a, b, b, a, keep_offset=b % 31 if b % 2 else None)
+            s.prune(a, b, b, a, keep_offset=b % 31 if b % 2 else None, offset=a % 37)
         elif op == "turn":
             s.turns[f"open{a}"] = TurnState(f"open{a}", "s1", "org", b)
         assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)

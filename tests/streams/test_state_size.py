@@ -40,8 +40,7 @@ def test_partition_meta_state_fits_a_changelog_record_with_many_window_keys() ->
         largest_meta = max(largest_meta, _size(store.data["m:0"]))
     assert max(_size(v) for v in store.data.values()) < CHANGELOG_LIMIT  # sessions and stored window closes
     # the meta key is written with every batch: it holds the clock and offsets, no window aggregates
-    # (with no commit known, the marks of the last 64 batches: [offset, watermark, closed-through])
-    assert largest_meta < 3_000, f"meta state value of {largest_meta:,} bytes"
+    assert largest_meta < 2_000, f"meta state value of {largest_meta:,} bytes"
 
 
 def _size(value: object) -> int:

@@ -23,8 +23,8 @@ Delivery contract (at-least-once with deterministic ids):
   re-emission only ever produces duplicates with equal ids.
 * State a replay needs is kept until the commit passes it: seen ids are pruned
   at the watermark of the committed offset, and a tombstone the watermark
-  prunes while its turn's outputs or window may still be replayed is moved to
-  ``SessionState.held`` (re-emitted by :meth:`rebuild`, read by late routing,
+  prunes at an offset not committed yet is moved to ``SessionState.held``
+  (re-emitted and added to windows by :meth:`rebuild`, read by late routing,
   never by other decisions) instead of being dropped.
 * A redelivered event (same offset and index as recorded in ``seen``) is not
   applied again nor counted as a duplicate; its valid row is re-emitted (same
@@ -81,10 +81,9 @@ class PartitionProcessor:
         self._close_prefix = f"r:{partition}:"
         self._meta_key = f"m:{partition}"
         self.last_offset = -1
-        self._marks: list[list[int]] = []  # [first offset of a batch, watermark, min closed-through before it], oldest first
+        self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
-        self._stored_ct: int | None = None  # closed-through as of the committed offset (see _mark)
         # session id -> (the value last written for it, the state it was written from): the next batch
         # takes that state back instead of decoding the value, while the store still returns that very
         # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it)
@@ -127,29 +126,27 @@ class PartitionProcessor:
         return out
 
     def _mark(self, first_offset: int, committed: int | None) -> None:
-        """Remember the watermark and closed-through at the start of this batch; derive what pruning
-        must keep for a replay from the committed offset.
+        """Remember the watermark at the start of this batch; derive what pruning must keep for a
+        replay from the committed offset.
 
         Seen ids are pruned at the watermark as of the committed offset, not the current one: a
         replay after a crash starts at that offset and must recognise its records' events as
         redeliveries (a far-future tick would otherwise make it forget them and judge them late).
         Tombstones and everything else follow the current watermark, so decisions do not depend
-        on commit timing; but a tombstone pruned at or after the committed offset, or whose window
-        closed after it, is only moved aside (:attr:`SessionState.held`) until the commit passes
-        both, so a restart still re-emits its outputs and recomputes its window.
+        on commit timing; but a tombstone pruned at an offset not committed yet is only moved aside
+        (:attr:`SessionState.held`) until the commit passes that offset, since a restart replays
+        its batch against state written after it.
         """
         self._keep_offset = committed
         if not self._marks or first_offset > self._marks[-1][0]:  # a replayed batch adds no mark
-            self._marks.append([first_offset, self.wm, self.book.min_closed_through()])
+            self._marks.append([first_offset, self.wm])
         if committed is None:
             self._marks = self._marks[-_KEEP_CLOSES:]
-            self._prune_wm = self._stored_ct = None
+            self._prune_wm = None
             return
         at = [i for i, m in enumerate(self._marks) if m[0] <= committed]
         self._marks = self._marks[at[-1]:] if at else self._marks
         self._prune_wm = min(m[1] for m in self._marks)
-        # (marks written before they carried closed-through hold every pruned tombstone)
-        self._stored_ct = min(m[2] if len(m) > 2 else -_NEVER for m in self._marks)
 
     def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
@@ -231,7 +228,8 @@ class PartitionProcessor:
         rid = f["request_id"]
         done = st.done.get(rid)
         if done is None and st.held:  # pruned meanwhile; a replay whose session state is ahead of its meta
-            done = st.held.get(rid)   # must still route the turn's events late, not start it anew
+            held = st.held.get(rid)   # must still route the turn's events late, not start it anew
+            done = None if held is None else held[1]
         if done is not None:
             # the watermark that finalised the turn: a replay after a crash gives the same row
             out.late.append(exclusion("late", ev, raw, _ckpt(done), done.wm, self.partition, offset, idx))
@@ -311,7 +309,7 @@ class PartitionProcessor:
                     o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
                     out.rewards.extend(score(o, s, h) for s, h in self._scored)
         st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
-                 keep_offset=self._keep_offset, stored_closed_through=self._stored_ct)
+                 keep_offset=self._keep_offset, offset=offset)
 
     def _deadlines(self, st: SessionState) -> list[int]:
         cfg, out = self.cfg, []
@@ -414,7 +412,7 @@ class PartitionProcessor:
                     self._open_served[rid] = turn.served["ts"]
             # (held tombstones are pruned ones a restart may need, SessionState.prune: adding one to the
             # book is a no-op unless the meta write of the batch that closed its window was lost)
-            for tomb in (*st.done.values(), *st.held.values()):
+            for tomb in (*st.done.values(), *(h[1] for h in st.held.values())):
                 if tomb.outcome is not None:
                     recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
                     for r in recs:

@@ -11,12 +11,12 @@ the per-write cost (a session's events travel in one Kafka record).
 * ``done``: ``request_id -> tombstone`` — finalised turns, kept to route late
   events, to rebuild window partials after a restart and to re-emit outputs
   whose delivery is uncertain.
-* ``held``: tombstones the watermark has pruned from ``done`` while a restart
-  may still need them (their turn decided, or their window closed, after the
-  committed offset): a restart re-emits their outputs and rebuilds windows
-  from them, and late routing still finds them (a replayed record may meet a
-  state written after it); nothing else reads them. They go at the first
-  prune after the commit passed them.
+* ``held``: ``request_id -> (offset, tombstone)``, tombstones the watermark
+  pruned from ``done`` at a source offset not committed yet. A restart replays
+  that batch against state written after it, so it still needs them: it
+  re-emits their outputs, rebuilds windows from them, and late routing still
+  finds them; nothing else reads them. They go at the first prune after the
+  commit passed the offset that pruned them.
 
 Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
 :meth:`to_json` gives the bytes of ``to_obj()`` as stores write them, re-encoding
@@ -64,7 +64,7 @@ class SessionState:
     turns: dict[str, TurnState] = field(default_factory=dict)
     seen: dict[str, list[int]] = field(default_factory=dict)
     done: dict[str, Tombstone] = field(default_factory=dict)
-    held: dict[str, Tombstone] = field(default_factory=dict)  # pruned, delivery uncertain (module docstring)
+    held: dict[str, tuple[int, Tombstone]] = field(default_factory=dict)  # (offset pruned at, tombstone)
     _seen_min: int | None = field(default=None, repr=False, compare=False)  # cache, never persisted
     # to_json's encodings of seen and done: (the dict encoded, its length then, the bytes); never persisted
     _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
@@ -96,8 +96,7 @@ class SessionState:
         return not (self.turns or self.seen or self.done or self.held)
 
     def prune(self, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int,
-              seen_wm: int | None = None, keep_offset: int | None = None,
-              stored_closed_through: int | None = None) -> None:
+              seen_wm: int | None = None, keep_offset: int | None = None, offset: int = 0) -> None:
         """Drop seen ids and tombstones that can no longer matter.
 
         A seen id goes once older than ``dedup_ms``, but not while a turn of
@@ -111,17 +110,12 @@ class SessionState:
         committed offset, so a replay still recognises its redelivered events;
         no decision other than duplicate-vs-new depends on seen ids).
 
-        A pruned tombstone moves to ``held`` while a restart may still need it (only late routing
-        and a restart read ``held``):
-
-        * ``keep_offset``, the source's committed offset when known: a tombstone decided at or after it
-          is held, since its outputs may be lost with the batch that pruned it and only a restart's
-          re-emission recovers them;
-        * ``stored_closed_through``, the closed-through as of the committed offset: a tombstone whose
-          window closed after it is held, since a restart that loses the meta write of the batch that
-          closed it recomputes that window from the tombstones.
-
-        A held tombstone goes at a prune where neither holds any more.
+        ``keep_offset`` is the source's committed offset when known, ``offset`` the one of the record
+        being processed. A tombstone pruned at an offset the commit has not passed moves to ``held``
+        (with that offset): a restart replays its batch against this state, whose outputs, window
+        closes and meta write may be lost, so it still needs the tombstone (only late routing and a
+        restart read ``held``). A held tombstone goes at the first prune once ``keep_offset`` is past
+        the offset that pruned it. Unknown (None), nothing is held and ``held`` is left as it is.
         """
         done = self.done
         if done:
@@ -132,22 +126,21 @@ class SessionState:
                     for k, x in done.items():
                         if x.wm >= limit or x.served_ts >= closed_through:
                             kept[k] = x
-                        elif _needed(x, keep_offset, stored_closed_through):
-                            self.held[k] = x
+                        elif keep_offset is not None and offset >= keep_offset:
+                            self.held[k] = (offset, x)
                     self.done = done = kept
                     self._done_json = None
                     break
-        if self.held:
-            self.held = {k: x for k, x in self.held.items() if _needed(x, keep_offset, stored_closed_through)}
+        if self.held and keep_offset is not None:
+            self.held = {k: h for k, h in self.held.items() if h[0] >= keep_offset}
         if self.seen:
             limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
             for turn in self.turns.values():  # an open turn's events must stay known, or a resend would count twice
                 if turn.first_ts < limit:
                     limit = turn.first_ts
-            for tombs in (done, self.held):  # ...and so must a finalised turn's, while its tombstone is kept
-                for t in tombs.values():
-                    if t.first_ts is not None and t.first_ts < limit:
-                        limit = t.first_ts
+            for t in (*done.values(), *(h[1] for h in self.held.values())):  # ...and so must a finalised
+                if t.first_ts is not None and t.first_ts < limit:                # turn's, while its tombstone is kept
+                    limit = t.first_ts
             if self.seen_floor() < limit:
                 self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
                 self._seen_min = None
@@ -177,7 +170,7 @@ class SessionState:
             self.seen_floor() if self.seen else None,
         ]
         if self.held:  # absent when empty (almost always): state written before it reads the same
-            obj.append({k: t.to_obj() for k, t in self.held.items()})
+            obj.append({k: [at, t.to_obj()] for k, (at, t) in self.held.items()})
         return obj
 
     def to_json(self, obj: list[Any] | None = None) -> bytes:
@@ -208,15 +201,9 @@ class SessionState:
             {t.request_id: t for t in turns},
             o[3],
             {k: tomb(v) for k, v in o[4].items()},
-            {k: tomb(v) for k, v in o[6].items()} if len(o) > 6 else {},
+            {k: (at, tomb(t)) for k, (at, t) in o[6].items()} if len(o) > 6 else {},
             _seen_min=o[5] if len(o) > 5 else None,
         )
-
-
-def _needed(t: Tombstone, keep_offset: int | None, stored_closed_through: int | None) -> bool:
-    """Whether a restart may still need a pruned tombstone (:meth:`SessionState.prune`)."""
-    return ((keep_offset is not None and t.offset >= keep_offset)
-            or (stored_closed_through is not None and t.served_ts >= stored_closed_through))
 
 
 def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
