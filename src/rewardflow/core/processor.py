@@ -24,8 +24,9 @@ Delivery contract (at-least-once with deterministic ids):
 * State a replay needs is kept until the commit passes it: seen ids are pruned
   at the watermark of the committed offset, and a tombstone the watermark
   prunes at an offset not committed yet is moved to ``SessionState.held``
-  (re-emitted and added to windows by :meth:`rebuild`, read by late routing,
-  never by other decisions) instead of being dropped.
+  (re-emitted and added to windows by :meth:`rebuild`, read by the late routing
+  of a replayed record at or before the offset that pruned it, which saw it in
+  ``done``; never by other decisions) instead of being dropped.
 * A redelivered event (same offset and index as recorded in ``seen``) is not
   applied again nor counted as a duplicate; its valid row is re-emitted (same
   id). A client resend of the same ``event_id`` is a duplicate.
@@ -227,10 +228,14 @@ class PartitionProcessor:
             return
         rid = f["request_id"]
         done = st.done.get(rid)
-        if done is None and st.held:  # pruned meanwhile; a replay whose session state is ahead of its meta
-            held = st.held.get(rid)   # must still route the turn's events late, not start it anew
-            done = None if held is None else held[1]
-        if done is not None:
+        if done is None and st.held:
+            held = st.held.get(rid)
+            if held is not None and offset <= held[0]:  # a replay meeting state written after this record:
+                done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
+        if done is not None and (done.wm >= self.wm - self.cfg.keep_done_ms
+                                 or done.served_ts >= self.book.min_closed_through()):
+            # (an expired tombstone counts as pruned whether or not its session woke up since, so the
+            # decision does not depend on wake-up timing, which a restart does not reproduce)
             # the watermark that finalised the turn: a replay after a crash gives the same row
             out.late.append(exclusion("late", ev, raw, _ckpt(done), done.wm, self.partition, offset, idx))
             return

@@ -14,8 +14,8 @@ the per-write cost (a session's events travel in one Kafka record).
 * ``held``: ``request_id -> (offset, tombstone)``, tombstones the watermark
   pruned from ``done`` at a source offset not committed yet. A restart replays
   that batch against state written after it, so it still needs them: it
-  re-emits their outputs, rebuilds windows from them, and late routing still
-  finds them; nothing else reads them. They go at the first prune after the
+  re-emits their outputs, rebuilds windows from them, and routes late the
+  events of a replayed record that came before the prune; nothing else reads them. They go at the first prune after the
   commit passed the offset that pruned them.
 
 Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
