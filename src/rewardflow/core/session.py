@@ -15,8 +15,9 @@ the per-write cost (a session's events travel in one Kafka record).
   pruned from ``done`` at a source offset not committed yet. A restart replays
   that batch against state written after it, so it still needs them: it
   re-emits their outputs, rebuilds windows from them, and routes late the
-  events of a replayed record that came before the prune; nothing else reads them. They go at the first prune after the
-  commit passed the offset that pruned them.
+  events of a replayed record that came before the prune; nothing else reads
+  them. They go at the first prune after the commit passed the offset that
+  pruned them.
 
 Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
 :meth:`to_json` gives the bytes of ``to_obj()`` as stores write them, re-encoding
@@ -138,8 +139,9 @@ class SessionState:
             for turn in self.turns.values():  # an open turn's events must stay known, or a resend would count twice
                 if turn.first_ts < limit:
                     limit = turn.first_ts
-            for t in (*done.values(), *(h[1] for h in self.held.values())):  # ...and so must a finalised
-                if t.first_ts is not None and t.first_ts < limit:                # turn's, while its tombstone is kept
+            held = (h[1] for h in self.held.values())
+            for t in (*done.values(), *held):  # ...and so must a finalised turn's, while its tombstone is kept
+                if t.first_ts is not None and t.first_ts < limit:
                     limit = t.first_ts
             if self.seen_floor() < limit:
                 self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
