@@ -245,7 +245,7 @@ class JoinWorker:
         timed, mark = self.metrics.time, time.perf_counter()
         msgs = await self._gaps.admit(proc, partition, msgs)
         timed("admit", time.perf_counter() - mark)
-        if not msgs or not self._current(msgs):  # (a rebalance may have happened while admit waited)
+        if not msgs:
             return None
         try:
             self.store.partition = partition
