@@ -25,7 +25,11 @@ the batch lines are logged anyway. ``/metrics`` always has the stage seconds
 
 Idle partitions: a timer sends a *tick* record (header ``rf-format: tick``) to
 each idle partition of the raw topic, carrying a watermark that follows the
-wall clock. Ticks are ordinary records, so replays see the same watermarks.
+wall clock, signed with the deployment's tick key (:mod:`rewardflow.core.ticks`;
+the core dead-letters a tick it cannot verify). Ticks are ordinary records, so
+replays see the same watermarks. Each record's broker timestamp (the raw topic
+stamps LogAppendTime) goes to the core with it: it bounds the event time of what
+the record carries, so no client clock moves a watermark past it.
 After a rebalance, a partition nobody writes to gets one no-op tick, so its
 state is rebuilt and its idle clock starts.
 """
@@ -44,10 +48,12 @@ import orjson
 from rewardflow import topics as T
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
-from rewardflow.core.processor import TICK, PartitionProcessor, record_format
-from rewardflow.provision import dead_letter_record_limit
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.ticks import TICK, signed_tick
+from rewardflow.provision import dead_letter_record_limit, state_record_limit
 from rewardflow.rewards.registry import active_specs
-from rewardflow.settings import Settings
+from rewardflow.events.wire import record_format
+from rewardflow.settings import Settings, tick_key
 from rewardflow_streams.commits import CommitLedger
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
@@ -72,7 +78,8 @@ class JoinWorker:
 
     def __init__(self, settings: Settings, *, web: bool = True) -> None:
         self.settings = settings
-        self.cfg = JoinConfig.from_settings(settings)
+        self.tick_key = tick_key(settings)
+        self.cfg = JoinConfig.from_settings(settings, tick_key=self.tick_key)
         self.specs = active_specs(settings)
         self.metrics = WorkerMetrics(settings.dead_letter_ratio_limit, settings.dead_letter_window_s)
         self.processors: dict[int, PartitionProcessor] = {}
@@ -107,9 +114,9 @@ class JoinWorker:
                           for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)}
         # value_type=bytes makes the changelog topic itself "raw" (orjson bytes written by TableStore):
         # setting table.value_serializer afterwards left recovery decoding the changelog as JSON.
-        # The changelog accepts what the producer may send (2 x max_record_bytes); the store refuses
-        # larger values up front, since a refused changelog send is only logged by Faust.
-        changelog_max = 2 * settings.max_record_bytes
+        # The changelog takes the largest state the session limits allow (state_record_limit); the
+        # store refuses larger values up front, since a refused changelog send is only logged by Faust.
+        changelog_max = state_record_limit(settings)
         self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
                                     key_type=str, value_type=bytes,
                                     extra_topic_configs={"max.message.bytes": str(changelog_max)})
@@ -132,6 +139,9 @@ class JoinWorker:
         # a marker path: the first batch with a far-future tick dies after its state writes are in the
         # changelog, before its outputs are sent, and leaves the marker (fault tests only)
         self._fault_die_marker = os.environ.get("RF_FAULT_DIE_BEFORE_OUTPUTS", "")
+        # a request id: applying an event of that turn raises in the core (fault tests only)
+        if os.environ.get("RF_FAULT_RAISE_ON_REQUEST"):
+            _install_raise_fault(os.environ["RF_FAULT_RAISE_ON_REQUEST"])
         self._out_limit = min(settings.max_record_bytes, _MAX_OUTPUT_RECORD)
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
@@ -252,7 +262,7 @@ class JoinWorker:
             committed = self._committed(msgs[0].tp, partition)
             was_ready = proc.ready
             mark = time.perf_counter()
-            out = proc.process_batch([(m.value, m.headers, m.offset) for m in msgs], _now_ms(), committed)
+            out = proc.process_batch([(m.value, m.headers, m.offset, _record_ms(m)) for m in msgs], _now_ms(), committed)
             timed("process", time.perf_counter() - mark)
             if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
                 log.log(logging.WARNING if _DEBUG_BATCHES else logging.DEBUG, "batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
@@ -355,8 +365,7 @@ class JoinWorker:
         for partition, proc in list(self.processors.items()):
             target = proc.idle_target(now, timeout_ms, self.settings.idle_clock_rate)
             if target is not None and target > proc.wm and proc.pending():
-                await self.raw_topic.send(value=orjson.dumps({"wm": target}), partition=partition,
-                                          headers=_TICK_HEADERS)
+                await self.raw_topic.send(value=self._tick(target), partition=partition, headers=_TICK_HEADERS)
 
     async def _wake_unread(self, now: int) -> None:
         """A no-op tick (watermark 0) to each assigned raw partition with no record read since the
@@ -366,7 +375,11 @@ class JoinWorker:
         for tp in self.app.consumer.assignment():
             if tp.topic == raw and tp.partition not in self.processors and tp.partition not in self._woken:
                 self._woken.add(tp.partition)
-                await self.raw_topic.send(value=b'{"wm": 0}', partition=tp.partition, headers=_TICK_HEADERS)
+                await self.raw_topic.send(value=self._tick(0), partition=tp.partition, headers=_TICK_HEADERS)
+
+    def _tick(self, wm: int) -> bytes:
+        """A tick's value, signed with the deployment's key (the core refuses unsigned ones)."""
+        return signed_tick(self.tick_key, self.raw_topic.get_topic_name(), wm)
 
     async def _metrics_view(self, request: Any) -> Any:
         return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")
@@ -396,6 +409,25 @@ def _chunks(rows: list[Any], limit: int, option: int = 0) -> Iterator[bytes]:
             half = len(part) // 2
             yield from _chunks(part[:half], limit, option)
             yield from _chunks(part[half:], limit, option)
+
+
+def _record_ms(msg: Any) -> int | None:
+    """A message's broker timestamp in ms (Faust gives seconds); the raw topic stamps LogAppendTime."""
+    ts = msg.timestamp
+    return None if ts is None else round(ts * 1000)
+
+
+def _install_raise_fault(request_id: str) -> None:
+    """Fault hook of the tests: applying an event of turn ``request_id`` raises inside the core."""
+    real = PartitionProcessor._apply
+
+    def apply(self: PartitionProcessor, st: Any, ev: Any, *args: Any) -> None:
+        if ev.request_id == request_id:
+            raise RuntimeError(f"fault hook: an event of {request_id} raises")
+        real(self, st, ev, *args)
+
+    PartitionProcessor._apply = apply  # type: ignore[method-assign]
+    log.warning("fault hook: events of turn %s raise in the core", request_id)
 
 
 def _credentials(s: Settings) -> Any:

@@ -69,6 +69,7 @@ class _Refetched:
     value: bytes | None
     headers: Any
     generation_id: int
+    timestamp: float | None = None  # the broker's, in seconds as Faust gives it
     acked: bool = False
 
     @property
@@ -166,10 +167,11 @@ class GapGuard:
         if gaps is not None:
             gaps[tp].addi(expected, got)
             gaps[tp].merge_overlaps()
-        return [_Refetched(tp, offset, value, headers, m.generation_id) for offset, value, headers in records]
+        return [_Refetched(tp, offset, value, headers, m.generation_id, None if ts is None else ts / 1000)
+                for offset, value, headers, ts in records]
 
-    def _read_range(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, Any, Any]] | None:
-        """Offsets ``start .. end - 1`` of one partition as (offset, value, headers), or None when they
+    def _read_range(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, Any, Any, int | None]] | None:
+        """Offsets ``start .. end - 1`` of one partition as (offset, value, headers, timestamp ms), or None when they
         do not all arrive within ``HOLE_READ_S`` (blocking; run in a thread)."""
         from confluent_kafka import Consumer, TopicPartition
 
@@ -181,12 +183,13 @@ class GapGuard:
                              "enable.auto.commit": False, "enable.partition.eof": False})
         try:
             consumer.assign([TopicPartition(topic, partition, start)])
-            out: list[tuple[int, Any, Any]] = []
+            out: list[tuple[int, Any, Any, int | None]] = []
             deadline = time.monotonic() + HOLE_READ_S
             while len(out) < end - start and time.monotonic() < deadline:
                 for msg in consumer.consume(end - start - len(out), timeout=0.5):
                     if msg.error() is None and start + len(out) == msg.offset() < end:
-                        out.append((msg.offset(), msg.value(), msg.headers()))
+                        kind, ts = msg.timestamp()
+                        out.append((msg.offset(), msg.value(), msg.headers(), ts if kind else None))
             if len(out) == end - start:
                 return out
             log.warning("read %d of records %d..%d of %s[%d] directly; seeking instead",

@@ -81,6 +81,11 @@ class TableStore:
             del self.table.data[key]
         self._decoded.drop(key)
 
+    def forget(self) -> None:
+        """Drop the decoded values: every ``get`` decodes the table's bytes afresh (the core rolls a
+        batch back this way when one of its records raised; nothing was written during the batch)."""
+        self._decoded.clear()
+
     def send_queued(self) -> None:
         """Hand the queued changelog records to the sender, in order (blocks only while it is full)."""
         queue, self._queue = self._queue, []

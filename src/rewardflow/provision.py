@@ -3,7 +3,8 @@
 Contract: blocks until every topic exists or ``timeout`` passes; raises
 ``RuntimeError`` naming the topic on failure. Existing topics keep their
 partition count; their record size limit (``max.message.bytes``) is raised to
-what the settings need, never lowered.
+what the settings need, never lowered, and the raw topic is made to stamp
+records with the broker's time (``message.timestamp.type=LogAppendTime``).
 
 Record sizes: the raw topic takes records a little over ``max_record_bytes``,
 so an oversized record reaches the worker and is dead-lettered instead of being
@@ -23,6 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from rewardflow import topics as T
+from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES
 from rewardflow.settings import Settings
 
 ALL_TOPICS = (T.RAW, *T.OUTPUT_TOPICS)
@@ -40,19 +42,43 @@ def dead_letter_record_limit(settings: Settings) -> int:
     return raw_record_limit(settings) * 4 // 3 + 2 * _SLACK
 
 
-def topic_limits(settings: Settings) -> dict[str, int]:
-    """Topic name -> the ``max.message.bytes`` it needs above the broker default."""
-    return {settings.topic(T.RAW): raw_record_limit(settings),
-            settings.topic(T.DEADLETTERS): dead_letter_record_limit(settings)}
+def state_record_limit(settings: Settings) -> int:
+    """``max.message.bytes`` of the worker's state changelog: the largest session state the session
+    limits allow (:data:`~rewardflow.core.session.TURN_BYTES` per turn, ``EVENT_BYTES`` per event),
+    and never below twice the largest raw record."""
+    need = settings.max_session_turns * TURN_BYTES + settings.max_session_events * EVENT_BYTES + _SLACK
+    return max(2 * settings.max_record_bytes, need)
+
+
+def changelog_topic(settings: Settings) -> str:
+    """The name Faust gives the worker's state changelog."""
+    return f"{settings.topic('worker')}-join-state-changelog"
+
+
+def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
+    """Topic name -> the configs it needs beyond the broker defaults.
+
+    The raw topic is stamped by the broker (``LogAppendTime``): the core bounds every event's time by
+    its record's timestamp, which no client can then choose, and a replay reads the same stamps.
+    """
+    return {
+        settings.topic(T.RAW): {"max.message.bytes": str(raw_record_limit(settings)),
+                                "message.timestamp.type": "LogAppendTime"},
+        settings.topic(T.DEADLETTERS): {"max.message.bytes": str(dead_letter_record_limit(settings))},
+    }
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create the raw and output topics with ``settings.partitions``; return their names."""
+    """Create the raw and output topics with ``settings.partitions``; return their names.
+
+    Existing topics get the configs :func:`topic_configs` requires (a record size limit is only ever
+    raised), and so does the worker's changelog once Faust has created it.
+    """
     names = [settings.topic(n) for n in ALL_TOPICS]
-    limits = topic_limits(settings)
+    configs = topic_configs(settings)
     client = AdminClient(settings.kafka_client_config())
-    new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=1,
-                    config={"max.message.bytes": str(limits[n])} if n in limits else {}) for n in names]
+    new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=1, config=configs.get(n, {}))
+           for n in names]
     existing = []
     for name, fut in client.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
         try:
@@ -62,31 +88,41 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise RuntimeError(f"cannot create topic {name!r}: {exc}") from None
             existing.append(name)
-    _raise_limits(client, {n: v for n, v in limits.items() if n in existing}, timeout)
+    wanted = {n: c for n, c in configs.items() if n in existing}
+    changelog = changelog_topic(settings)
+    if changelog in client.list_topics(timeout=timeout).topics:
+        wanted[changelog] = {"max.message.bytes": str(state_record_limit(settings))}
+    _apply_configs(client, wanted, timeout)
     _wait_visible(client, names, timeout)
     return names
 
 
-def _raise_limits(client: AdminClient, limits: dict[str, int], timeout: float) -> None:
-    """Raise ``max.message.bytes`` of existing topics that are below ``limits`` (never lower it)."""
-    if not limits:
+def _apply_configs(client: AdminClient, wanted: dict[str, dict[str, str]], timeout: float) -> None:
+    """Set the ``wanted`` configs of existing topics where they differ (``max.message.bytes`` only upwards)."""
+    if not wanted:
         return
-    described = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in limits])
-    low = []
+    described = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in wanted])
+    alter = []
     for res, fut in described.items():
-        entry = fut.result(timeout=timeout).get("max.message.bytes")
-        if entry is None or int(entry.value) < limits[res.name]:
-            low.append(res.name)
-    if not low:
+        current = fut.result(timeout=timeout)
+        changes = []
+        for key, value in wanted[res.name].items():
+            entry = current.get(key)
+            have = None if entry is None else entry.value
+            if key == "max.message.bytes" and have is not None and int(have) >= int(value):
+                continue
+            if have != value:
+                changes.append(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
+        if changes:
+            alter.append(ConfigResource(ConfigResource.Type.TOPIC, res.name, incremental_configs=changes))
+    if not alter:
         return
-    alter = [ConfigResource(ConfigResource.Type.TOPIC, n, incremental_configs=[
-        ConfigEntry("max.message.bytes", str(limits[n]), incremental_operation=AlterConfigOpType.SET)])
-        for n in low]
     for res, fut in client.incremental_alter_configs(alter).items():
         try:
             fut.result(timeout=timeout)
         except KafkaException as exc:
-            raise RuntimeError(f"cannot raise max.message.bytes of topic {res.name!r}: {exc}") from None
+            raise RuntimeError(f"cannot set {[c.name for c in res.incremental_configs]} of topic {res.name!r}: "
+                               f"{exc}") from None
 
 
 def _wait_visible(client: AdminClient, names: list[str], timeout: float) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
+import time
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -72,6 +74,10 @@ class Settings(BaseSettings):
     dedup_horizon_ms: int = Field(3_600_000, ge=0, description="Duplicate event_ids are dropped within this horizon.")
     tombstone_ms: int = Field(3_600_000, ge=0, description="How long a finalised turn is remembered to route late events.")
     window_sizes_s: list[int] = Field([300, 3600], description="Tumbling window sizes, seconds.")
+    max_clock_skew_ms: int = Field(30_000, ge=0, le=3_600_000, description="An event dated further than this after its record's broker timestamp is dead-lettered (future_ts) and never moves a watermark.")
+    max_session_turns: int = Field(1_000, ge=1, le=100_000, description="Turns one session may hold: open ones plus finalised ones still remembered (tombstone_ms). An event that would open one more is dead-lettered (session_turn_limit).")
+    max_session_events: int = Field(10_000, ge=1, le=1_000_000, description="Events one session may hold in those turns. An event beyond it is dead-lettered (session_event_limit).")
+    tick_key: SecretStr | None = Field(None, description="Key the workers of a deployment sign idle ticks with (any long random string, the same on every worker). Unset: a key file under home, created on first use; required with a non-loopback Kafka.")
     dead_letter_ratio_limit: float = Field(0.05, ge=0, le=1, description="Alarm when DLQ share over the sliding window exceeds this.")
     dead_letter_window_s: float = Field(60.0, gt=0)
     reward_specs_dir: Path | None = Field(None, description="Directory of reward spec TOML files (default: bundled).")
@@ -131,6 +137,15 @@ class Settings(BaseSettings):
                 )
         if self.dedup_horizon_ms > self.tombstone_ms and self.tombstone_ms == 0:
             raise ValueError("tombstone_ms=0 with dedup enabled would misroute late duplicates")
+        if self.grace_ms < self.max_clock_skew_ms + self.allowed_lateness_ms:
+            raise ValueError(
+                f"grace_ms ({self.grace_ms}) must be at least max_clock_skew_ms + allowed_lateness_ms "
+                f"({self.max_clock_skew_ms} + {self.allowed_lateness_ms}): an event dated ahead by the allowed skew "
+                "could otherwise finalise turns before their last signal arrived. Raise REWARDFLOW_GRACE_MS or "
+                "lower REWARDFLOW_MAX_CLOCK_SKEW_MS"
+            )
+        if self.tick_key is not None and len(self.tick_key.get_secret_value()) < 16:
+            raise ValueError("tick_key must be at least 16 characters (use a long random string)")
         if self.local_kafka_port == self.local_kafka_controller_port:
             raise ValueError("local_kafka_port and local_kafka_controller_port must differ")
         return self
@@ -176,6 +191,37 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def tick_key(settings: Settings) -> bytes:
+    """The key the workers sign ticks with: ``tick_key``, else the key file ``home/tick.key``
+    (created on first use, mode 0600, by whichever process comes first).
+
+    Raises :class:`SettingsError` when the key is unset and Kafka is not on this machine: workers on
+    other hosts could not share a key file, and their ticks would be refused as forged.
+    """
+    if settings.tick_key is not None:
+        return settings.tick_key.get_secret_value().encode()
+    remote = [h for h in _bootstrap_hosts(settings.kafka_bootstrap) if not _is_loopback(h)]
+    if remote:
+        raise SettingsError(
+            f"REWARDFLOW_TICK_KEY is required with a non-loopback Kafka ({', '.join(remote)}): set the same long "
+            "random string on every worker of the deployment")
+    path = settings.home / "tick.key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    for _ in range(50):  # another process may have created it and not written it yet
+        key = path.read_text().strip()
+        if key:
+            return key.encode()
+        time.sleep(0.02)
+    raise SettingsError(f"the tick key file {path} is empty: delete it, or set REWARDFLOW_TICK_KEY")
 
 
 def load_settings(**overrides: Any) -> Settings:

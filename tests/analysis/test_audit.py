@@ -142,7 +142,8 @@ def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.
     from rewardflow.cli.rewards import Store
 
     for k, v in {"REWARDFLOW_CLICKHOUSE_DSN": ch_db.dsn.secret, "REWARDFLOW_HOME": str(tmp_path),
-                 "REWARDFLOW_HORIZONS_S": "[30, 120]", "REWARDFLOW_GRACE_MS": "1000"}.items():
+                 "REWARDFLOW_HORIZONS_S": "[30, 120]", "REWARDFLOW_GRACE_MS": "1000",
+                 "REWARDFLOW_MAX_CLOCK_SKEW_MS": "500", "REWARDFLOW_ALLOWED_LATENESS_MS": "500"}.items():
         monkeypatch.setenv(k, v)
     store, t = Store(None, ch_db.client), feed.total
     for table, rows in (("events", t.valid), ("rewards", t.rewards), ("dead_letters", t.dead),

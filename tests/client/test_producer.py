@@ -96,8 +96,11 @@ def test_an_unvalidated_model_that_does_not_fit_the_schema_is_refused(fmt: str) 
     producer, fake = make(ProducerConfig(topic="t", wire_format=fmt))  # type: ignore[arg-type]
     base = next(e for e in sample_events(500) if e.event_type == "ToolCall")
     cases: list[dict[str, Any]] = [{"duration_ms": object()}]
-    if fmt == "avro":  # JSON checks no enum, type or presence
-        cases += [{"status": "weird"}, {"duration_ms": "12"}, {"producer": None}]
+    if fmt == "avro":  # JSON checks no enum, type, range or presence
+        cases += [{"status": "weird"}, {"duration_ms": "12"}, {"producer": None},
+                  # integers outside their Avro type are refused, never wrapped
+                  {"ts": 2**64 + base.ts}, {"ts": -(2**63) - 1}, {"duration_ms": 2**31}, {"duration_ms": -(2**31) - 1},
+                  {"schema_version": 2**40}]
     bad = [type(base).model_construct(**{**base.__dict__, **changes}) for changes in cases]
     for event in bad:
         with pytest.raises(InvalidEvent):

@@ -38,6 +38,17 @@ def tick_record(wm: int) -> Record:
     return orjson.dumps({"wm": wm}), TICK_H
 
 
+def session_runs(events: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``events`` cut into runs of consecutive events of the same session, in order."""
+    runs: list[list[dict[str, Any]]] = []
+    for e in events:
+        if runs and runs[-1][0].get("session_id") == e.get("session_id"):
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    return runs
+
+
 def now_of(offset: int) -> int:
     """Deterministic wall clock, so reprocessing a record reproduces its dead letters."""
     return 1_000_000 + offset
@@ -62,7 +73,12 @@ class Feed:
         return out
 
     def send(self, *events: dict[str, Any]) -> Outputs:
-        return self.record(*json_record(*events))
+        """Send ``events`` in order, one record per run of consecutive events of one session (a record
+        carries one session's events)."""
+        out = Outputs()
+        for run in session_runs(events):
+            out.extend(self.record(*json_record(*run)))
+        return out
 
     def tick(self, wm: int) -> Outputs:
         return self.record(*tick_record(wm))

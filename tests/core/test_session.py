@@ -91,7 +91,7 @@ def test_state_written_before_first_ts_and_the_floor_is_still_read() -> None:
     old = ["s1", 0, [], {"e1": [T0, 3, 0]}, {"r1": [T0 + 10, 3, T0, None, None]}]  # no floor, 5-field tombstone
     s = SessionState.from_obj(old)
     assert s.done["r1"] == Tombstone(T0 + 10, 3, T0, None, None, None)
-    assert s.seen_floor() == T0 and s.to_obj()[4] == {"r1": [T0 + 10, 3, T0, None, None, None]}
+    assert s.seen_floor() == T0 and s.to_obj()[4] == {"r1": [T0 + 10, 3, T0, None, None, None, 0]}
 
 
 def test_prune_keeps_unchanged_tombstones_and_drops_expired_ones_in_order() -> None:
@@ -154,7 +154,7 @@ def test_to_json_reencodes_a_changed_part_and_reuses_an_unchanged_one() -> None:
     cached = s._seen_json[2]
     s.finalise("r1", Tombstone(T0 + 5, 1, T0, None, None, T0))
     assert s._seen_json[2] is cached  # seen unchanged: its bytes are reused...
-    assert orjson.loads(s.to_json())[4] == {"r1": [T0 + 5, 1, T0, None, None, T0]}  # ...done is encoded anew
+    assert orjson.loads(s.to_json())[4] == {"r1": [T0 + 5, 1, T0, None, None, T0, 0]}  # ...done is encoded anew
     s.note_seen("e2", T0 + 1, 2, 0)
     assert list(orjson.loads(s.to_json())[3]) == ["e1", "e2"]
     assert s._seen_json[2] == cached[:-1] + b',"e2":[' + str(T0 + 1).encode() + b',2,0]}'  # appended

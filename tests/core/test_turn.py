@@ -206,7 +206,7 @@ def _reference_fold(raws: list[dict[str, Any]]) -> tuple[list[Any], Any]:
             c["clarifying"] = c.get("clarifying", 0) + 1
     head = events[0]
     state = [head.request_id, head.session_id, head.org_id, first_ts, served, edits,
-             {e: {str(h): v for h, v in hs.items()} for e, hs in checks.items()}, c, 0]
+             {e: {str(h): v for h, v in hs.items()} for e, hs in checks.items()}, c, 0, len(events)]
     if served is None:
         return state, None
     maps: dict[str, dict[str, Any]] = {"persistence": {}, "persisted": {}, "checked": {}}

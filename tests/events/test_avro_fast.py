@@ -134,8 +134,10 @@ def frame(name: str, obj: Any) -> bytes:
 
 
 def batch(events: list[dict[str, Any]], batch_id: str = "b") -> bytes:
-    items = [(f"{NAMESPACE}.{e['event_type']}", e) for e in events]
-    return frame(BATCH, {"batch_id": batch_id, "session_id": str(events[0]["session_id"]), "events": items})
+    """A session batch of ``events``, all moved to the first one's session (a record holds one session)."""
+    sid = str(events[0]["session_id"])
+    items = [(f"{NAMESPACE}.{e['event_type']}", {**e, "session_id": sid}) for e in events]
+    return frame(BATCH, {"batch_id": batch_id, "session_id": sid, "events": items})
 
 
 def valid_values() -> Iterator[bytes]:
@@ -146,7 +148,8 @@ def valid_values() -> Iterator[bytes]:
         events = [e.model_dump() for e in session_events(seed, turns=4)]
         yield encode_avro(events, batch_id=f"b{seed}")
     for i in range(0, len(EVENTS) - 40, 37):
-        yield encode_avro(EVENTS[i:i + 1 + i % 40], batch_id=None if i % 40 == 0 else "b")
+        sid = EVENTS[i]["session_id"]  # a record holds one session's events
+        yield encode_avro([{**e, "session_id": sid} for e in EVENTS[i:i + 1 + i % 40]], batch_id=None if i % 40 == 0 else "b")
 
 
 VALID = list(valid_values())
@@ -199,8 +202,9 @@ def test_decode_record_is_identical_with_the_fast_path_on_and_off() -> None:
 
 def _mismatched(events: list[dict[str, Any]], claimed: str) -> bytes:
     """A batch whose events claim another type than their union branch."""
-    items = [(f"{NAMESPACE}.{e['event_type']}", {**e, "event_type": claimed}) for e in events]
-    return frame(BATCH, {"batch_id": "b", "session_id": str(events[0]["session_id"]), "events": items})
+    sid = str(events[0]["session_id"])
+    items = [(f"{NAMESPACE}.{e['event_type']}", {**e, "event_type": claimed, "session_id": sid}) for e in events]
+    return frame(BATCH, {"batch_id": "b", "session_id": sid, "events": items})
 
 
 def test_the_comparison_would_catch_a_wrong_answer(monkeypatch: pytest.MonkeyPatch) -> None:

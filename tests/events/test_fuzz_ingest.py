@@ -13,12 +13,19 @@ processor; across the strategies below more than 10,000 payloads go through
   ``invalid_event`` code;
 * the input limits hold: nothing from a record over ``max_record_bytes`` or a
   batch over ``max_batch_events`` is accepted, and every accepted event keeps
-  the field length limits (ids, ``text_redacted``).
+  the field length limits (ids, ``text_redacted``);
+* no record moves the partition's watermark past its broker timestamp plus the
+  allowed clock skew: an event dated later is dead-lettered (``future_ts``), a
+  tick is capped there, and a tick without the workers' MAC is ``forged_tick``.
+
+The processor runs as the worker's does: with a tick key, a broker timestamp per
+record, session limits, and a store of encoded values.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import math
 import random
@@ -33,9 +40,10 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewardflow.core.config import DictStore, JoinConfig
+from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.ticks import signed_tick
 from rewardflow.events.catalogue import default_catalogue
 from rewardflow.events.errors import DecodeError
 from rewardflow.events.samples import sample_events
@@ -43,13 +51,20 @@ from rewardflow.events.wire import FORMAT_HEADER, decode_record, encode_avro, en
 from rewardflow.sim.replay import default_specs
 
 MAX_BYTES, MAX_BATCH = 64 * 1024, 40  # small limits, so the fuzz reaches them cheaply
+KEY, TOPIC, SKEW = b"fuzz-tick-key-0123456789", "fuzz.events.raw", 500
 CFG = JoinConfig(horizons_s=(30, 120), grace_ms=1_000, lateness_ms=500, window_sizes_s=(60,),
-                 max_record_bytes=MAX_BYTES, max_batch_events=MAX_BATCH)
+                 max_record_bytes=MAX_BYTES, max_batch_events=MAX_BATCH, max_clock_skew_ms=SKEW,
+                 max_session_turns=2, max_session_events=12, tick_key=KEY)  # limits the samples reach
 SPECS = default_specs()
 EVENTS = [e.model_dump() for e in sample_events(400, seed=11, turns=3)]
+SESSIONS = [[e for e in EVENTS if e["session_id"] == sid] for sid in dict.fromkeys(e["session_id"] for e in EVENTS)]
+NOW = max(e["ts"] for e in EVENTS) + 86_400_000  # the broker's clock: a day after the samples
 DECODE_CODES = {"unknown_format", "bad_magic", "unknown_schema_id", "truncated_avro", "bad_avro", "bad_json",
-                "not_an_event", "too_large", "batch_too_large"}
-EVENT_CODES = {"invalid_event", "bad_tick"}
+                "not_an_event", "too_large", "batch_too_large", "empty_batch", "mixed_sessions",
+                "batch_session_mismatch"}
+PER_EVENT_CODES = {"invalid_event", "future_ts", "session_turn_limit", "session_event_limit"}
+TICK_CODES = {"bad_tick", "forged_tick"}
+EVENT_CODES = PER_EVENT_CODES | TICK_CODES
 JSON_H, AVRO_H, TICK_H = [(FORMAT_HEADER, b"json")], [(FORMAT_HEADER, b"avro")], [(FORMAT_HEADER, b"tick")]
 ID_LIMITS = {"event_id": 64, "org_id": 128, "session_id": 128, "request_id": 128}
 Record = tuple[bytes | None, Any]
@@ -58,6 +73,7 @@ FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
                                        HealthCheck.filter_too_much])
 PAYLOADS = {"n": 0}
+CODES_SEEN: set[str] = set()
 MIN_PAYLOADS = 10_000
 
 
@@ -117,8 +133,10 @@ def _dumps(obj: Any) -> bytes:
 
 @st.composite
 def mutated_event(draw: st.DrawFn) -> dict[str, Any]:
-    """A valid event with 0-3 fields replaced, removed or added."""
+    """A valid event with 0-3 fields replaced, removed or added, or dated ahead of the broker's clock."""
     event = dict(pick(draw, EVENTS))
+    if pick(draw, range(8)) == 0:
+        event["ts"] = NOW + pick(draw, [SKEW, SKEW + 1, 262_000, 2_000_000_000_000])
     for _ in range(pick(draw, [0, 1, 1, 2, 3])):
         op = pick(draw, ["replace", "remove", "add", "producer"])
         key = pick(draw, sorted(event))
@@ -140,6 +158,10 @@ MUTATED = mutated_event()
 @st.composite
 def json_records(draw: st.DrawFn) -> Record:
     events = [draw(MUTATED) for _ in range(pick(draw, [1, 1, 2, 3, 6]))]
+    if pick(draw, range(4)):  # mostly one session's events, as clients send them
+        events = [{**e, "session_id": events[0].get("session_id")} if isinstance(e, dict) else e for e in events]
+    if pick(draw, range(20)) == 0:
+        return pick(draw, [b"[]", b'{"events": []}']), JSON_H
     if pick(draw, range(10)) == 0:  # a batch around the limit
         events = events * (MAX_BATCH // len(events) + pick(draw, [0, 1]))
     shape = pick(draw, ["one", "batch", "list"])
@@ -160,9 +182,13 @@ def json_records(draw: st.DrawFn) -> Record:
 
 @st.composite
 def avro_records(draw: st.DrawFn) -> Record:
-    events = [pick(draw, EVENTS) for _ in range(pick(draw, [1, 1, 2, 5]))]
+    session = pick(draw, SESSIONS) if pick(draw, range(4)) else EVENTS
+    events = [pick(draw, session) for _ in range(pick(draw, [1, 1, 2, 5]))]
     value = bytearray(encode_avro(events, batch_id="b" if len(events) > 1 else None))
-    op = pick(draw, ["none", "truncate", "flip", "schema_id", "magic", "append", "batch_type", "overlong"])
+    op = pick(draw, ["none", "truncate", "flip", "schema_id", "magic", "append", "batch_type", "overlong",
+                     "other_session"])
+    if op == "other_session":  # an EventBatch naming another session than its events'
+        value = bytearray(_avro_batch(events, "claimed-session", events[0]["event_type"]))
     if op == "truncate":
         value = value[: draw(IDX) % len(value)]
     elif op == "flip":
@@ -183,17 +209,25 @@ def avro_records(draw: st.DrawFn) -> Record:
 
 
 def _avro_mismatched_batch(events: list[dict[str, Any]], claimed: str) -> bytes:
+    return _avro_batch(events, events[0]["session_id"], claimed)
+
+
+def _avro_batch(events: list[dict[str, Any]], session_id: str, claimed: str | None) -> bytes:
     cat = default_catalogue()
     entry = cat.writer("EventBatch")
     buf = io.BytesIO()
     buf.write(struct.pack(">bI", 0, entry.schema_id))
-    items = [(f"rewardflow.events.{e['event_type']}", {**e, "event_type": claimed}) for e in events]
-    schemaless_writer(buf, entry.parsed, {"batch_id": "b", "session_id": events[0]["session_id"], "events": items})
+    items = [(f"rewardflow.events.{e['event_type']}", {**e, "event_type": claimed or e["event_type"]}) for e in events]
+    schemaless_writer(buf, entry.parsed, {"batch_id": "b", "session_id": session_id, "events": items})
     return buf.getvalue()
 
 
 TICKS = [b'{"wm": 5}', b'{"wm": 1e400}', b'{"wm": "x"}', b"[]", b"", b'{"wm": true}',
-         b'{"wm": 99999999999999999999999}', b'{"wm": -9223372036854775808}', b"\xff"]
+         b'{"wm": 99999999999999999999999}', b'{"wm": -9223372036854775808}', b"\xff",
+         b'{"wm": 4102444799999}', b'{"wm": 18446744073709551615, "mac": "00"}',
+         signed_tick(b"another-deployment-key", TOPIC, NOW), signed_tick(KEY, "another.topic", NOW),
+         signed_tick(KEY, TOPIC, NOW - 3_600_000), signed_tick(KEY, TOPIC, NOW + 10**12),
+         signed_tick(KEY, TOPIC, 2**63 - 1)]
 NUMBERS = [b"1e999", b"-0", b"123456789012345678901234567890", b'{"events": 1e400}', b"NaN"]
 HEADERS = [None, JSON_H, AVRO_H, [(FORMAT_HEADER, b"\xff\xfe")], [(FORMAT_HEADER, None)], [("other", b"x")],
            {FORMAT_HEADER: b"json"}]
@@ -224,9 +258,11 @@ def garbage_records(draw: st.DrawFn) -> Record:
 
 @st.composite
 def valid_records(draw: st.DrawFn) -> Record:
-    """Valid records, some repeated (redelivery or client resend), so dedup paths are fuzzed too."""
-    start = draw(IDX) % len(EVENTS)
-    events = EVENTS[start:start + pick(draw, [1, 2, 5, 8])]
+    """Valid records of one session, some repeated (redelivery or client resend), so dedup paths are
+    fuzzed too; some sessions reach their limits."""
+    session = pick(draw, SESSIONS)
+    start = draw(IDX) % len(session)
+    events = session[start:start + pick(draw, [1, 2, 5, 8, 40])]
     if pick(draw, [0, 1]):
         return encode_avro(events, batch_id="b" if len(events) > 1 else None), AVRO_H
     return encode_json(events), JSON_H
@@ -236,15 +272,17 @@ def valid_records(draw: st.DrawFn) -> Record:
 def check_record(proc: PartitionProcessor, value: bytes | None, headers: Any, offset: int) -> None:
     """Feed one record and check the properties of the module docstring."""
     PAYLOADS["n"] += 1
-    out = proc.process(value, headers, offset, 1_800_000_000_000)
+    out = proc.process(value, headers, offset, 1_800_000_000_000, record_ts=NOW)
+    assert proc.wm <= NOW + SKEW and proc.maxts <= NOW + SKEW, "a record moved the watermark past the skew bound"
     for rows in (out.valid, out.rewards, out.windows, out.dead, out.late, out.excluded):
         orjson.dumps(rows, option=orjson.OPT_NON_STR_KEYS)  # what the worker sends; must not raise
     for d in out.dead:
         assert d["reason_code"] in DECODE_CODES | EVENT_CODES, d["reason_code"]
+        CODES_SEEN.add(d["reason_code"])
         assert d["reason"] and len(d["reason"]) <= 1000 and len(d["event_id"]) <= 128 and len(d["session_id"]) <= 128
     fmt = dict(headers).get(FORMAT_HEADER) if isinstance(headers, dict) else next((v for k, v in headers or () if k == FORMAT_HEADER), None)
     if fmt == b"tick":
-        assert not out.valid and len(out.dead) <= 1 and all(d["reason_code"] == "bad_tick" for d in out.dead)
+        assert not out.valid and len(out.dead) <= 1 and all(d["reason_code"] in TICK_CODES for d in out.dead)
         return
     mine = [d for d in out.dead if d["source_offset"] == offset]
     try:
@@ -256,7 +294,7 @@ def check_record(proc: PartitionProcessor, value: bytes | None, headers: Any, of
         return
     assert value is not None and len(value) <= MAX_BYTES and len(events) <= MAX_BATCH
     bad = sorted(d["index"] for d in mine)
-    assert all(d["reason_code"] == "invalid_event" for d in mine) and bad == sorted(set(bad))
+    assert all(d["reason_code"] in PER_EVENT_CODES for d in mine) and bad == sorted(set(bad))
     kept = [r for r in out.valid if r["source_offset"] == offset]
     dup_or_late = out.late + [x for x in out.excluded if x["reason"] == "duplicate"]
     assert len(kept) + len(dup_or_late) + len(bad) == len(events), (len(kept), len(dup_or_late), bad, len(events))
@@ -281,13 +319,14 @@ def derived(rng: random.Random, value: bytes | None) -> list[bytes]:
 def run(records: list[Record], seed: int) -> None:
     """Feed ``records``, each followed by its :func:`derived` mutations, then a final tick."""
     rng = random.Random(seed)
-    proc = PartitionProcessor(CFG, SPECS, DictStore(), "fuzz.events.raw", 0)
+    proc = PartitionProcessor(CFG, SPECS, EncodedStore(check=False), TOPIC, 0)
     offset = 0
     for value, headers in records:
         for variant in (value, *derived(rng, value)):
             check_record(proc, variant, headers, offset)
             offset += 1
-    check_record(proc, orjson.dumps({"wm": 2**61}), TICK_H, offset)  # settle everything that was opened
+    check_record(proc, signed_tick(KEY, TOPIC, 2**61), TICK_H, offset)  # settle everything that was opened
+    assert not proc.pending() or proc.wm == NOW + SKEW
 
 
 mixed = st.one_of(json_records(), avro_records(), garbage_records(), valid_records())
@@ -321,13 +360,17 @@ def test_mixed_streams_with_resends_keep_the_accounting(records: list[Record], s
 def test_the_fuzz_fed_at_least_ten_thousand_payloads() -> None:
     if PAYLOADS["n"] == 0:
         pytest.skip("run together with the fuzz tests of this module")
-    print(f"fuzzed {PAYLOADS['n']} payloads")
+    print(f"fuzzed {PAYLOADS['n']} payloads; dead-letter codes seen: {sorted(CODES_SEEN)}")
     assert PAYLOADS["n"] >= MIN_PAYLOADS, PAYLOADS["n"]
+    hostile = {"future_ts", "forged_tick", "mixed_sessions", "empty_batch", "batch_session_mismatch",
+               "session_turn_limit", "session_event_limit"}
+    assert hostile <= CODES_SEEN, f"the fuzz never reached {sorted(hostile - CODES_SEEN)}"
 
 
 # ---------------------------------------------------------------------------- the limits, exactly
 def _one(value: bytes, headers: Any = JSON_H) -> Outputs:
-    return PartitionProcessor(CFG, SPECS, DictStore(), "fuzz.events.raw", 0).process(value, headers, 0, 0)
+    cfg = dataclasses.replace(CFG, max_session_turns=1_000, max_session_events=10_000)
+    return PartitionProcessor(cfg, SPECS, DictStore(), TOPIC, 0).process(value, headers, 0, 0)
 
 
 def _event(**fields: Any) -> dict[str, Any]:
@@ -344,7 +387,8 @@ def test_record_size_limit_is_exact() -> None:
 
 @pytest.mark.parametrize("n, ok", [(MAX_BATCH, True), (MAX_BATCH + 1, False)])
 def test_batch_event_limit_is_exact(n: int, ok: bool) -> None:
-    events = [dict(e) for e in EVENTS[:n]]
+    session = max(SESSIONS, key=len)
+    events = [{**session[i % len(session)], "event_id": f"limit-{i}"} for i in range(n)]
     for fmt, value, headers in (("json", encode_json(events), JSON_H), ("avro", encode_avro(events, batch_id="b"), AVRO_H)):
         out = _one(value, headers)
         if ok:

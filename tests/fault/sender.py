@@ -26,8 +26,9 @@ from confluent_kafka import Producer
 
 from rewardflow import topics as T
 from rewardflow.client import EventProducer, ProducerConfig
+from rewardflow.core.ticks import signed_tick
 from rewardflow.events.wire import encode_avro
-from rewardflow.settings import Settings
+from rewardflow.settings import Settings, tick_key
 from tests.fault.workload import AVRO_H, Item, Planted
 
 FINAL_WATERMARK = 2**61
@@ -87,7 +88,7 @@ class Sender:
         """Flush, then end every partition with a tick that finalises every turn and window."""
         self.flush()
         for p in range(self.settings.partitions):
-            self.raw.produce(self.topic, value=orjson.dumps({"wm": FINAL_WATERMARK}), partition=p,
+            self.raw.produce(self.topic, value=signed_tick(tick_key(self.settings), self.topic, FINAL_WATERMARK), partition=p,
                              headers=[("rf-format", b"tick")], on_delivery=self._report(None))
         self._flush_raw()
 

@@ -31,12 +31,13 @@ from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.events.wire import encode_avro, encode_json
 from rewardflow.rewards.registry import active_specs
-from rewardflow.settings import Settings
+from rewardflow import topics as T
+from rewardflow.settings import Settings, tick_key
 from rewardflow.sim import NoiseConfig, SendGroup, ab_config, run_through_core, simulate
 from rewardflow.sim.profiles import CheckpointProfile
 
 FAULT_SETTINGS: dict[str, Any] = {
-    "partitions": 2, "horizons_s": [30, 120], "grace_ms": 20_000, "allowed_lateness_ms": 2_000,
+    "partitions": 2, "horizons_s": [30, 120], "grace_ms": 20_000, "allowed_lateness_ms": 2_000, "max_clock_skew_ms": 10_000,
     "window_sizes_s": [60, 600], "idle_timeout_s": 3_600.0, "idle_clock_rate": 1.0, "provisional": True,
     "dedup_horizon_ms": 3_600_000, "tombstone_ms": 3_600_000, "max_record_bytes": 262_144, "max_batch_events": 500,
 }
@@ -92,8 +93,9 @@ class Workload:
 
 def dead_letter_code(settings: Settings, value: bytes | None, headers: Any) -> str:
     """The reason code the core gives ``value`` (asserting it yields exactly one dead letter)."""
-    proc = PartitionProcessor(JoinConfig.from_settings(settings), active_specs(settings), DictStore(), "raw", 0)
-    out = proc.process(value, headers, 0, 0)
+    cfg = JoinConfig.from_settings(settings, tick_key=tick_key(settings))
+    proc = PartitionProcessor(cfg, active_specs(settings), DictStore(), settings.topic(T.RAW), 0)
+    out = proc.process(value, headers, 0, 0, record_ts=int(time.time() * 1000))
     assert len(out.dead) == 1 and not out.valid, (value, out.counts())
     return out.dead[0]["reason_code"]
 
@@ -116,6 +118,11 @@ def planted_records(settings: Settings, sample: dict[str, Any]) -> list[Planted]
         ("non_utf8_format_header", orjson.dumps(sample), [("rf-format", b"\xff\xfe")]),  # crashed it too
         ("nan", orjson.dumps(sample).replace(b'"duration_ms":', b'"duration_ms":NaN,"x":', 1), JSON_H),
         ("empty", b"", JSON_H),
+        ("empty_batch", b'{"events": []}', JSON_H),
+        ("mixed_sessions", encode_json([sample, {**sample, "event_id": "other-1", "session_id": sid + "-other"}]), JSON_H),
+        ("future_ts", encode_json([{**sample, "event_id": "future-1", "ts": int(time.time() * 1000) + 86_400_000}]), JSON_H),
+        ("forged_tick", orjson.dumps({"wm": 4_102_444_799_999}), [("rf-format", b"tick")]),
+        ("forged_tick_max", orjson.dumps({"wm": 18_446_744_073_709_551_615, "mac": "00"}), [("rf-format", b"tick")]),
     ]
     return [Planted(k, v, h, sid, dead_letter_code(settings, v, h)) for k, v, h in kinds]
 

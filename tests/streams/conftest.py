@@ -69,7 +69,7 @@ def deploy(kafka_broker: Any, tmp_path: Path, request: pytest.FixtureRequest,
         # A probe: a tick carrying watermark 0 (older than any event, so it changes nothing) on each
         # partition, and wait until it is committed. Records fetched around Faust's start-up
         # rebalances can be skipped (faust #216/#221), so test data only go to a consuming worker.
-        d.raw.send_many([(p, *tick_record(0)) for p in range(worker.settings.partitions)])
+        d.raw.send_many([(p, *tick_record(0, worker.settings)) for p in range(worker.settings.partitions)])
         worker.wait_caught_up()
         return d
 

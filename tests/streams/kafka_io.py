@@ -19,8 +19,9 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from rewardflow import topics as T
+from rewardflow.core.ticks import signed_tick
 from rewardflow.events.wire import encode_avro, encode_json
-from rewardflow.settings import Settings
+from rewardflow.settings import Settings, tick_key
 
 LIBRDKAFKA_LOG = logging.getLogger("tests.streams.librdkafka")  # not stderr: pytest shows it on failure
 OUTPUTS = (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)
@@ -35,8 +36,9 @@ def avro_record(*events: dict[str, Any]) -> tuple[bytes, Headers]:
     return encode_avro(list(events), batch_id="b" if len(events) > 1 else None), [("rf-format", b"avro")]
 
 
-def tick_record(wm: int) -> tuple[bytes, Headers]:
-    return orjson.dumps({"wm": wm}), [("rf-format", b"tick")]
+def tick_record(wm: int, settings: Settings) -> tuple[bytes, Headers]:
+    """A tick as the deployment's workers write it: signed with its tick key."""
+    return signed_tick(tick_key(settings), settings.topic(T.RAW), wm), [("rf-format", b"tick")]
 
 
 class RawProducer:
@@ -136,6 +138,7 @@ class RawRecord:
     offset: int
     value: bytes | None
     headers: Headers
+    timestamp: int | None = None  # the broker's (the raw topic stamps LogAppendTime), ms
 
 
 def read_raw(settings: Settings, timeout: float = 20.0) -> dict[int, list[RawRecord]]:
@@ -153,7 +156,8 @@ def read_raw(settings: Settings, timeout: float = 20.0) -> dict[int, list[RawRec
             for msg in c.consume(1000, timeout=0.2):
                 assert not msg.error(), msg.error()
                 if msg.offset() < ends[msg.partition()]:
-                    out[msg.partition()].append(RawRecord(msg.partition(), msg.offset(), msg.value(), msg.headers()))
+                    out[msg.partition()].append(RawRecord(msg.partition(), msg.offset(), msg.value(), msg.headers(),
+                                                          msg.timestamp()[1]))
         return out
     finally:
         c.close()

@@ -1,8 +1,9 @@
 """Ground truth of an uninterrupted run: the raw topic replayed through fresh processors.
 
 Contract: :func:`replay` feeds each partition's records (ticks included) in
-offset order to a new :class:`PartitionProcessor` over a :class:`DictStore`,
-with the worker's settings, and returns all their outputs. The core is
+offset order, with their broker timestamps, to a new :class:`PartitionProcessor`
+over a :class:`DictStore`, with the worker's settings and tick key, and returns
+all their outputs. The core is
 deterministic in the record sequence, so these are exactly the rows a worker
 that never crashed would have emitted (up to wall-clock fields).
 """
@@ -18,7 +19,7 @@ from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.rewards.registry import active_specs
-from rewardflow.settings import Settings
+from rewardflow.settings import Settings, tick_key
 from tests.streams.kafka_io import RawRecord
 
 # The id column of each output topic, and the columns that hold the wall clock (not deterministic).
@@ -33,12 +34,12 @@ FIELD_OF = {T.VALID: "valid", T.REWARDS: "rewards", T.WINDOWS: "windows", T.DEAD
 
 
 def replay(settings: Settings, raw: dict[int, list[RawRecord]]) -> Outputs:
-    cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
+    cfg, specs = JoinConfig.from_settings(settings, tick_key=tick_key(settings)), active_specs(settings)
     total = Outputs()
     for partition, records in sorted(raw.items()):
         proc = PartitionProcessor(cfg, specs, DictStore(), settings.topic(T.RAW), partition)
         for r in records:
-            total.extend(proc.process(r.value, r.headers, r.offset, 0))
+            total.extend(proc.process(r.value, r.headers, r.offset, 0, r.timestamp))
     return total
 
 

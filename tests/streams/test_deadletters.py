@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import time
 from typing import Any
 
 import orjson
@@ -24,7 +25,7 @@ def test_malformed_inputs_are_dead_lettered_with_reason_bytes_and_source(deploy:
     d = deploy(max_record_bytes=65_536, max_batch_events=20)
     raw_topic = d.settings.topic(T.RAW)
     avro_one = encode_avro([ev("InferenceServed", "r1", "s1")])
-    bad_field = ev("AgentEdit", "r1", "s1", lines_added="many")
+    bad_field = ev("AgentEdit", "rb", "s2", lines_added="many")
     unknown_type = {**ev("FollowUp", "r1", "s1"), "event_type": "Telepathy"}
     batch = [ev("InferenceServed", "rb", "s2"), bad_field, ev("ToolCall", "rb", "s2")]
     # (value, headers, [(index, reason_code, text in reason)]) -- whole-record failures have index -1
@@ -43,6 +44,15 @@ def test_malformed_inputs_are_dead_lettered_with_reason_bytes_and_source(deploy:
         (b"<event/>", [("rf-format", b"xml")], [(-1, "unknown_format", "xml")]),
         (encode_json([ev("ClarifyingQuestion", "r1", "s1")] * 21), JSON_H, [(-1, "batch_too_large", "21")]),
         (b'{"wm": "soon"}', [("rf-format", b"tick")], [(-1, "bad_tick", "tick")]),
+        # what a hostile or broken producer may send (docs/trust.md)
+        (b'{"wm": 4102444799999}', [("rf-format", b"tick")], [(-1, "forged_tick", "signed")]),
+        (b'{"events": []}', JSON_H, [(-1, "empty_batch", "no event")]),
+        (encode_json([ev("FollowUp", "r1", "s1"), ev("FollowUp", "r7", "s7")]), JSON_H,
+         [(-1, "mixed_sessions", "one session")]),
+        (encode_avro([ev("FollowUp", "r1", "s1"), ev("FollowUp", "r1", "s1")], batch_id="b").replace(b"\x04s1", b"\x04s9", 1),
+         AVRO_H, [(-1, "batch_session_mismatch", "differs")]),
+        (encode_json([ev("InferenceServed", "rf", "s3", int(time.time() * 1000) + 3_600_000)]), JSON_H,
+         [(0, "future_ts", "broker timestamp")]),
     ]
     assert len(cases[6][0] or b"") > 65_536
     offsets = d.raw.send_many([(1, value, headers) for value, headers, _ in cases])

@@ -33,7 +33,7 @@ def test_records_faust_never_delivered_are_read_again_and_processed_once(
     d = deploy()
     turns = {p: [turn(f"r{p}-{i}", f"s{p}-{i}", T0 + i * 1000, horizons=(30, 120)) for i in range(8)] for p in (0, 1)}
     d.raw.send_many([(p, *json_record(*evs)) for p in (0, 1) for evs in turns[p]])
-    d.raw.send_many([(p, *tick_record(FLUSH_WM)) for p in (0, 1)])
+    d.raw.send_many([(p, *tick_record(FLUSH_WM, d.settings)) for p in (0, 1)])
     want = {evs[0]["request_id"] for p in (0, 1) for evs in turns[p]}
     out = d.out.until(lambda o: {r["sample_id"] for r in o.finals()} == want, 40, "every turn final").settle(1.0)
 

@@ -109,7 +109,7 @@ def test_no_turn_is_concluded_before_its_last_horizon_plus_grace(deploy: Any) ->
 
     def probe(wm: int, event: dict[str, Any]) -> None:
         """Move the watermark to ``wm``, then send ``event``; return once the worker has processed both."""
-        d.raw.send_many([(0, *tick_record(wm)), (0, *json_record(event))])
+        d.raw.send_many([(0, *tick_record(wm, d.settings)), (0, *json_record(event))])
         d.out.until(lambda o: any(r["event_id"] == event["event_id"] for r in o.rows[T.VALID]), 20,
                     f"{event['event_type']} after watermark {wm}").settle(1.0)
         assert d.out.finals() == [], f"concluded early at watermark {wm} (deadline {deadline})"
@@ -117,7 +117,7 @@ def test_no_turn_is_concluded_before_its_last_horizon_plus_grace(deploy: Any) ->
     probe(anchor + hz[-1] * 1000, ev("ToolCall", "r1", "s1", anchor + hz[-1] * 1000, call_id="c2"))
     probe(deadline - 1, ev("FollowUp", "r1", "s1", deadline - 1, dissatisfied=True))  # just before: included
 
-    d.raw.send(0, *tick_record(deadline))
+    d.raw.send(0, *tick_record(deadline, d.settings))
     out = d.out.until(lambda o: len(o.finals()) == 2, 20, "final rewards at the deadline")
     final = _by_spec(out.finals())
     for row in final.values():

@@ -93,7 +93,7 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
 
     # 3. stop while only idle ticks flow; a tick is the first record the restarted worker reads
     d.worker.stop()
-    d.raw.send_many([(p, *tick_record(T0)) for p in (0, 1)])
+    d.raw.send_many([(p, *tick_record(T0, d.settings)) for p in (0, 1)])
     d.worker.restart()
     d.worker.wait_caught_up()
     time.sleep(1.5)  # idle clock periods with nothing new read after that tick
@@ -104,7 +104,7 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
     resent2 = records2[:6]
     broken = [(0, b"{not json", JSON_H), (1, b"\x00\x00\x00\x00\x63oops", None)]
     d.raw.send_many(records2 + [(k % 2, *json_record(e)) for k, e in enumerate(late2)] + resent2 + broken)
-    d.raw.send_many([(p, *tick_record(FLUSH_WM)) for p in (0, 1)])
+    d.raw.send_many([(p, *tick_record(FLUSH_WM, d.settings)) for p in (0, 1)])
     turns.update(turns2)
     late += late2
     n_resent += sum(len(decode_record(value, headers)) for _, value, headers in resent2)
@@ -186,7 +186,7 @@ def test_turns_finalised_and_pruned_by_a_batch_that_died_before_its_outputs_are_
     d.worker.stop()  # what follows reaches the restarted worker in one batch
     turns = [turn(f"r{i}", "s1", T0 + i * 1000, horizons=(30, 120)) for i in range(5)]
     later = ev("InferenceServed", "x", "s1", ts=T0 + 10 * settle)  # its event time finalises the five
-    d.raw.send_many([(0, *json_record(*evs)) for evs in turns] + [(0, *json_record(later)), (0, *tick_record(FLUSH_WM))])
+    d.raw.send_many([(0, *json_record(*evs)) for evs in turns] + [(0, *json_record(later)), (0, *tick_record(FLUSH_WM, d.settings))])
     d.worker.start()
     assert d.worker.wait_exit(60) == 9, d.worker.log_tail()
     first, last = (int(x) for x in marker.read_text().split(":")[1].split(".."))

@@ -15,7 +15,7 @@ from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.rewards.spec import RewardSpec
 from tests.factories import T0, ev
-from tests.streams.kafka_io import json_record, tick_record
+from tests.core.feed import json_record, tick_record
 
 CHANGELOG_LIMIT = 2 * 1_000_000 - 4096  # TableStore's limit at the default max_record_bytes
 

@@ -26,7 +26,7 @@ from tests.streams.kafka_io import LIBRDKAFKA_LOG
 # Small event-time rules so a test sees turns settle and windows close within seconds:
 # settle = last horizon 120 s + grace 1 s; the idle clock runs 50x the wall clock after 1 s idle.
 BASE_SETTINGS: dict[str, Any] = {
-    "partitions": 2, "allowed_lateness_ms": 500, "grace_ms": 1000, "horizons_s": [30, 120],
+    "partitions": 2, "allowed_lateness_ms": 500, "grace_ms": 1000, "max_clock_skew_ms": 500, "horizons_s": [30, 120],
     "window_sizes_s": [60], "idle_timeout_s": 1.0, "idle_clock_rate": 50.0, "provisional": True,
     "dedup_horizon_ms": 600_000, "tombstone_ms": 600_000, "max_record_bytes": 65_536, "max_batch_events": 500,
 }

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from rewardflow import topics
 from rewardflow.settings import Settings, load_settings
-from rewardflow.sim.config import SimConfig, ab_config
+from rewardflow.sim.config import SimConfig, ab_config, default_start_ms
 from rewardflow.sim.generator import SendGroup, Simulator
 from rewardflow.sim.profiles import HACKS, Hack
 from rewardflow.sim.truth import GroundTruth
@@ -129,7 +129,7 @@ def command(
     noise: Annotated[bool, typer.Option("--noise", help="Plant duplicates, out-of-order, late, orphan and malformed events.")] = False,
     time_scale: Annotated[float, typer.Option(min=0, help="Event seconds sent per wall second; 0 = as fast as possible.")] = 0.0,
     duration_s: Annotated[float, typer.Option(min=1, help="Session starts spread over this many event seconds.")] = 3600.0,
-    start_ms: Annotated[int | None, typer.Option(help="Event time of the start, epoch ms (default: now).")] = None,
+    start_ms: Annotated[int | None, typer.Option(help="Event time of the start, epoch ms (default: early enough that the whole simulation lies in the past; the pipeline refuses events dated ahead of the broker's clock).")] = None,
     wire_format: Annotated[str, typer.Option("--format", help="Wire format of the SDK: avro | json.")] = "avro",
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: REWARDFLOW_KAFKA_BOOTSTRAP).")] = None,
     sync_every_s: Annotated[float, typer.Option(min=0.1, help="Flush every this many event seconds (keeps event-time order).")] = 10.0,
@@ -145,7 +145,9 @@ def command(
     try:
         cfg = ab_config(baseline_checkpoint, candidate_checkpoint, hack=_hack(hack), noise=noise, sessions=sessions,
                         turns_per_session=turns_per_session, seed=seed, time_scale=time_scale, duration_s=duration_s,
-                        start_ms=start_ms if start_ms is not None else int(time.time() * 1000),
+                        start_ms=start_ms if start_ms is not None else default_start_ms(
+                            int(time.time() * 1000), duration_s=duration_s, turns_per_session=turns_per_session,
+                            time_scale=time_scale),
                         grace_ms=settings.grace_ms, lateness_ms=settings.allowed_lateness_ms)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]

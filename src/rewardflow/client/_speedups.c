@@ -166,7 +166,8 @@ enum {
     OP_RECORD = 8,   /* sub: the fields, read from the value's __dict__ */
     OP_OPTIONAL = 9, /* sub[0]: the non-null branch; null_index: the null branch's index */
     OP_NULL = 10,    /* writes nothing */
-    OP_LAST = 10
+    OP_INT = 11,     /* Avro int: a zigzag varint of a value within 32 bits */
+    OP_LAST = 11
 };
 
 typedef struct Op {
@@ -388,6 +389,18 @@ static int avro_value(Buf *b, Op *op, PyObject *value) {
         long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
         if (overflow || (v == -1 && PyErr_Occurred())) {
             return ENC_FALLBACK;
+        }
+        return put_varint(b, zigzag(v));
+    }
+    case OP_INT: {
+        if (!PyLong_CheckExact(value)) {
+            return ENC_FALLBACK;
+        }
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred()) || v < INT32_MIN || v > INT32_MAX) {
+            PyErr_Clear();
+            return ENC_FALLBACK; /* out of range: the pure writer raises ValueError */
         }
         return put_varint(b, zigzag(v));
     }

@@ -49,7 +49,9 @@ TABLES = {"SMALL": SMALL, "MID": MID, "LAST": LAST, "INTS": INTS, "HIGH": HIGH}
 
 
 def varint(n: int) -> bytes:
-    """Zigzag varint of an Avro int/long."""
+    """Zigzag varint of an Avro long; raises ``ValueError`` outside 64 bits (never wraps)."""
+    if not -(1 << 63) <= n < 1 << 63:
+        raise ValueError(f"{n} does not fit an Avro long (64 bits)")
     z = (n << 1) ^ (n >> 63)
     if z < 1 << 14:
         return LAST[z]
@@ -58,6 +60,13 @@ def varint(n: int) -> bytes:
     if z < 1 << 42:
         return MID[z & 0x3FFF] + MID[(z >> 14) & 0x3FFF] + LAST[z >> 28]
     return _slow_varint(z)
+
+
+def varint32(n: int) -> bytes:
+    """Zigzag varint of an Avro int; raises ``ValueError`` outside 32 bits (never wraps)."""
+    if not -(1 << 31) <= n < 1 << 31:
+        raise ValueError(f"{n} does not fit an Avro int (32 bits)")
+    return varint(n)
 
 
 def _kind(schema: Any) -> str:
@@ -73,7 +82,7 @@ class Codegen:
         self.fast = fast
         self.lines: list[str] = []
         self.parts: list[str] = []
-        self.consts = consts if consts is not None else {**TABLES, "varint": varint}
+        self.consts = consts if consts is not None else {**TABLES, "varint": varint, "varint32": varint32}
         self._counter = counter if counter is not None else [0]
 
     def child(self) -> Codegen:
@@ -133,11 +142,11 @@ class Codegen:
             length = f"SMALL[len({var})]" if self.fast else f"(SMALL[n] if (n := len({var})) < {TABLE_SIZE} else varint(n))"
             self.parts += [length, var]
         elif kind == "int" and self.fast:
-            self.parts.append(f"(INTS.get({expr}) or varint({expr}))")
+            self.parts.append(f"(INTS.get({expr}) or varint32({expr}))")
         elif kind == "int":
             var = self.name("i")
             self.lines.append(f"{var} = {expr}")
-            self.parts.append(f"(SMALL[{var}] if 0 <= {var} < {TABLE_SIZE} else varint({var}))")
+            self.parts.append(f"(SMALL[{var}] if 0 <= {var} < {TABLE_SIZE} else varint32({var}))")
         elif kind == "long" and self.fast:  # epoch-ms only; anything else is a KeyError (fall back)
             var = self.name("z")
             self.lines.append(f"{var} = {expr} << 1")

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 Writer = Callable[[dict[str, Any]], bytes]
 
-OP_CONST, OP_STRING, OP_BYTES, OP_LONG, OP_BOOLEAN, OP_DOUBLE, OP_FLOAT, OP_ENUM, OP_RECORD, OP_OPTIONAL, OP_NULL = range(11)
+OP_CONST, OP_STRING, OP_BYTES, OP_LONG, OP_BOOLEAN, OP_DOUBLE, OP_FLOAT, OP_ENUM, OP_RECORD, OP_OPTIONAL, OP_NULL, OP_INT = range(12)
 """Op codes of the extension's program (``_speedups.c``)."""
 
 MAX_FIELDS = 128
@@ -53,7 +53,7 @@ Op = tuple[int, str | None, Any, tuple[Any, ...], int]
 itself). A constant (``OP_CONST``, data = its bytes) may name its field: the value is never read for the bytes, but
 the emit core checks the ``event_type`` it names."""
 
-_SIMPLE = {"string": OP_STRING, "bytes": OP_BYTES, "int": OP_LONG, "long": OP_LONG,
+_SIMPLE = {"string": OP_STRING, "bytes": OP_BYTES, "int": OP_INT, "long": OP_LONG,
            "boolean": OP_BOOLEAN, "double": OP_DOUBLE, "float": OP_FLOAT, "null": OP_NULL}
 assert set(FIXED) <= set(_SIMPLE)
 

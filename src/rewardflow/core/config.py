@@ -25,6 +25,10 @@ class JoinConfig:
     max_record_bytes: int = 1_000_000
     max_batch_events: int = 500
     state_cache: int = 4_096  # decoded session states kept between batches, per partition (processor._session)
+    max_clock_skew_ms: int = 30_000  # an event may be dated this far after its record's broker timestamp
+    max_session_turns: int = 1_000  # open turns plus finalised turns still remembered, per session
+    max_session_events: int = 10_000  # events in those turns, per session
+    tick_key: bytes | None = field(default=None, repr=False)  # None: unsigned ticks pass (trusted replays)
     # derived (read per event on the hot path, so computed once)
     final_horizon_ms: int = field(init=False)
     settle_ms: int = field(init=False)  # from a turn's anchor to its final deadline
@@ -37,13 +41,17 @@ class JoinConfig:
         object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms))
 
     @classmethod
-    def from_settings(cls, s: Any) -> JoinConfig:
+    def from_settings(cls, s: Any, tick_key: bytes | None = None) -> JoinConfig:
+        """The core's rules from :class:`~rewardflow.settings.Settings`; ``tick_key`` is the workers'
+        shared key (:func:`rewardflow.settings.tick_key`), None where ticks come from the caller itself."""
         return cls(
             lateness_ms=s.allowed_lateness_ms, grace_ms=s.grace_ms, horizons_s=tuple(s.horizons_s),
             provisional=s.provisional, dedup_ms=s.dedup_horizon_ms, tombstone_ms=s.tombstone_ms,
             window_sizes_s=tuple(s.window_sizes_s), max_record_bytes=s.max_record_bytes,
             max_batch_events=s.max_batch_events,
             state_cache=max(64, s.worker_state_cache // max(1, s.partitions)),
+            max_clock_skew_ms=s.max_clock_skew_ms, max_session_turns=s.max_session_turns,
+            max_session_events=s.max_session_events, tick_key=tick_key,
         )
 
 
@@ -117,6 +125,10 @@ class DecodedCache:
     def drop(self, key: str) -> None:
         self._kept.pop(key, None)
 
+    def clear(self) -> None:
+        """Forget every kept value (the counters stay)."""
+        self._kept.clear()
+
 
 class EncodedStore:
     """A :class:`StateStore` of encoded values, as the worker's table keeps them (replay checks, tests).
@@ -151,6 +163,10 @@ class EncodedStore:
     def delete(self, key: str) -> None:
         self.data.pop(key, None)
         self._decoded.drop(key)
+
+    def forget(self) -> None:
+        """Drop the decoded values: every ``get`` decodes the stored bytes afresh (a batch's rollback)."""
+        self._decoded.clear()
 
     def items(self) -> Any:
         return [(k, orjson.loads(v)) for k, v in self.data.items()]

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from rewardflow.core.records import DeadLetter, EventRow, Exclusion, RewardRecord, WindowAggregate, stable_id
+from rewardflow.core.turn import TurnState
 from rewardflow.events.models import Envelope
 from rewardflow.events.validate import shown
 
@@ -31,6 +32,15 @@ class Outputs:
     def extend(self, other: Outputs) -> None:
         for name in self.__slots__:
             getattr(self, name).extend(getattr(other, name))
+
+    def lengths(self) -> list[int]:
+        """How many rows each field holds now (for :meth:`truncate`)."""
+        return [len(getattr(self, name)) for name in self.__slots__]
+
+    def truncate(self, lengths: list[int]) -> None:
+        """Drop every row added since :meth:`lengths` returned ``lengths``."""
+        for name, n in zip(self.__slots__, lengths, strict=True):
+            del getattr(self, name)[n:]
 
     def counts(self) -> dict[str, int]:
         return {name: len(getattr(self, name)) for name in self.__slots__}
@@ -71,3 +81,33 @@ def exclusion(reason: str, ev: Envelope, raw: dict[str, Any], checkpoint: str, w
         event_type=raw["event_type"], checkpoint_id=checkpoint, ts=ev.ts, watermark=wm,
         source_partition=partition, payload=orjson.dumps(raw).decode(),
     )
+
+
+def failed_record(topic: str, partition: int, offset: int, exc: Exception, value: bytes | None,
+                  now_ms: int) -> DeadLetter:
+    """The dead letter of a record whose processing raised (``processing_error``, the record's bytes)."""
+    return dead_letter(topic, partition, offset, -1, "processing_error",
+                       f"processing the record raised {type(exc).__name__}: {exc}", None, value, now_ms)
+
+
+def event_json(raw: Any, record: bytes | None) -> bytes:
+    """A rejected event as JSON for its dead letter; the whole record's bytes when orjson cannot
+    write it (nested deeper than its limit of 255, which a JSON record of up to 1024 levels can be)."""
+    try:
+        return orjson.dumps(raw, default=str)
+    except TypeError:  # orjson.JSONEncodeError
+        return record or b""
+
+
+def turn_exclusion(turn: TurnState, wm: int, partition: int, failure: str = "") -> dict[str, Any]:
+    """The exclusion of a finalised turn without a reward: ``orphan`` (no served event), or
+    ``scoring_error`` when outcome or scoring raised (``failure`` names the exception in the payload)."""
+    payload: dict[str, Any] = {"edits": len(turn.edits), "counts": turn.counts}
+    if failure:
+        payload["error"] = failure
+    return {  # (a plain dict: the tombstone keeps it as such, and the stream emits it as an Exclusion row)
+        "exclusion_id": stable_id("orphan", turn.request_id), "reason": "scoring_error" if failure else "orphan",
+        "request_id": turn.request_id, "session_id": turn.session_id, "org_id": turn.org_id,
+        "event_id": "", "event_type": "", "checkpoint_id": "", "ts": turn.first_ts, "watermark": wm,
+        "source_partition": partition, "payload": orjson.dumps(payload).decode(),
+    }

@@ -1,9 +1,10 @@
 """The per-partition stream processor: one Kafka record in, output rows out.
 
-``PartitionProcessor.process(value, headers, offset, now_ms) -> Outputs`` is
-the whole route of a raw record — decode → validate → dedup → join → score →
-window — as pure code over a :class:`StateStore`. The Faust agent and batch
-replay both call it; neither adds logic of its own.
+``PartitionProcessor.process(value, headers, offset, now_ms, record_ts) -> Outputs``
+is the whole route of a raw record — decode → validate → bound → dedup → join →
+score → window — as pure code over a :class:`StateStore`. The Faust agent and
+batch replay both call it; neither adds logic of its own. What a producer can and
+cannot influence is ``docs/trust.md``.
 
 Delivery contract (at-least-once with deterministic ids):
 
@@ -12,9 +13,8 @@ Delivery contract (at-least-once with deterministic ids):
   sessions, touched sessions, the window closes of the batch (keys
   ``r:<p>:<offset>:<chunk>``, deleted once the source commit passes them),
   then the partition meta key ``m:<p>`` last, which also records the last
-  processed offset. With a changelog that
-  preserves order, a restart therefore sees the state after some batch X
-  (plus a prefix of batch X+1's writes). Decisions are taken per record, so
+  processed offset. With a changelog that preserves order, a restart therefore
+  sees the state after some batch X (plus a prefix of batch X+1's writes). Decisions are taken per record, so
   outputs do not depend on how records are grouped into batches.
 * The first record after (re)assignment triggers :meth:`rebuild`: derived
   state (deadline heap, window accumulators) is recomputed from the sessions,
@@ -41,19 +41,22 @@ from typing import Any, cast
 import orjson
 
 from rewardflow.core.config import JoinConfig, StateStore
-from rewardflow.core.outputs import Outputs, dead_letter, event_row, exclusion
+from rewardflow.core.outputs import Outputs, dead_letter, event_json, event_row, exclusion, failed_record, turn_exclusion
+from rewardflow.core.limits import refusal
 from rewardflow.core.records import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
-from rewardflow.core.windows import WindowBook, window_start
+from rewardflow.core.windows import WindowBook, window_from_obj, window_start
 from rewardflow.events.errors import DecodeError
 from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
-from rewardflow.events.wire import FORMAT_HEADER, decode_record
+from rewardflow.events.wire import decode_record, record_format
 from rewardflow.rewards.score import score
 from rewardflow.rewards.spec import RewardSpec
 
-TICK = "tick"
+Record = tuple[bytes | None, Any, int] | tuple[bytes | None, Any, int, int | None]
+"""A raw record: value, headers, offset and, where known, its broker timestamp (ms)."""
 _KEEP_CLOSES = 64
 _CLOSE_CHUNK = 200  # window aggregates per stored close key (~200 KB), far under a changelog record
 _NEVER = 2**62
@@ -92,12 +95,12 @@ class PartitionProcessor:
         self._put_json = getattr(store, "put_json", None)  # a store that takes values with their JSON
 
     # ------------------------------------------------------------------ record path
-    def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int) -> Outputs:
+    def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
+                record_ts: int | None = None) -> Outputs:
         """Process one raw record. Never raises for bad input: it becomes a dead letter."""
-        return self.process_batch([(value, headers, offset)], now_ms)
+        return self.process_batch([(value, headers, offset, record_ts)], now_ms)
 
-    def process_batch(self, records: list[tuple[bytes | None, Any, int]], now_ms: int,
-                      committed: int | None = None) -> Outputs:
+    def process_batch(self, records: list[Record], now_ms: int, committed: int | None = None) -> Outputs:
         """Process consecutive records of this partition, in order; write the state once, at the end.
 
         Every decision (late, settled, window closed) is taken per record exactly as
@@ -105,11 +108,19 @@ class PartitionProcessor:
         batches; only the store writes are deferred to the end of the batch (each touched
         session once, then the meta key). Never raises for bad input.
 
+        A record's broker timestamp (4th item; None or absent: unbounded) bounds its event times:
+        an event dated over ``max_clock_skew_ms`` after it is dead-lettered (``future_ts``) and a
+        tick's watermark is capped there.
+
+        A record whose processing raises is dead-lettered (``processing_error``) and the batch runs
+        again from the state stored before it, without that record, so nothing of it remains. This
+        needs a store that can ``forget`` its decoded values (the worker's table,
+        :class:`~rewardflow.core.config.EncodedStore`); over any other the exception propagates.
+
         ``committed`` is the source partition's committed offset, when the caller knows it (a batch
-        that replays records below it counts as committed only up to its lowest offset):
-        window closes decided below it can never be replayed, so their stored copies (kept
-        for re-emission after a crash) are deleted. Unknown, the closes of the last
-        ``_KEEP_CLOSES`` distinct offsets are kept.
+        that replays records below it counts as committed only up to its lowest offset): window
+        closes decided below it can never be replayed, so their stored copies (kept for re-emission
+        after a crash) are deleted. Unknown, the closes of the last ``_KEEP_CLOSES`` offsets are kept.
         """
         out = Outputs()
         if not records:
@@ -117,12 +128,31 @@ class PartitionProcessor:
         low = min(r[2] for r in records)  # a batch may replay offsets below its first (Faust re-seeks)
         if not self.ready:
             self.rebuild(low, out)
-        self._mark(low, None if committed is None else min(committed, low))
-        cache: dict[str, SessionState] = {}
-        for value, headers, offset in records:
-            self._step(value, headers, offset, now_ms, cache, out)
-            if offset > self.last_offset:
-                self.last_offset = offset
+        keep = None if committed is None else min(committed, low)
+        self._mark(low, keep)
+        failed: dict[int, Exception] = {}
+        while True:
+            before, at = out.lengths(), -1
+            cache: dict[str, SessionState] = {}
+            try:
+                for at, rec in enumerate(records):
+                    offset = rec[2]
+                    if at in failed:
+                        out.dead.append(failed_record(self.topic, self.partition, offset, failed[at], rec[0], now_ms))
+                    else:
+                        self._step(rec[0], rec[1], offset, rec[3] if len(rec) > 3 else None, now_ms, cache, out)  # type: ignore[misc]
+                    if offset > self.last_offset:
+                        self.last_offset = offset
+                break
+            except Exception as exc:  # noqa: BLE001 - whatever a record makes the core do, it alone fails
+                forget = getattr(self.store, "forget", None)
+                if forget is None or at in failed:
+                    raise
+                failed[at] = exc
+                out.truncate(before)
+                forget()  # the store's bytes are the state before this batch: decode them afresh
+                self.rebuild(low, Outputs())  # (what rebuild re-emits is in ``out`` already, if anything)
+                self._mark(low, keep)
         self._write(cache, committed)
         return out
 
@@ -149,20 +179,21 @@ class PartitionProcessor:
         self._marks = self._marks[at[-1]:] if at else self._marks
         self._prune_wm = min(m[1] for m in self._marks)
 
-    def _step(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
+    def _step(self, value: bytes | None, headers: Any, offset: int, record_ts: int | None, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
         touched: list[str] = []
+        bound = None if record_ts is None else record_ts + self.cfg.max_clock_skew_ms
         if record_format(headers) == TICK:
-            target = _tick_wm(value)
-            if target is None:
-                out.dead.append(dead_letter(self.topic, self.partition, offset, -1, "bad_tick",
-                                            'a tick value must be {"wm": <int ms>}', None, value, now_ms))
+            tick = read_tick(value, self.topic, self.cfg.tick_key)
+            if tick.wm is None:
+                out.dead.append(dead_letter(self.topic, self.partition, offset, -1, tick.code, tick.reason,
+                                            None, value, now_ms))
             else:
-                self.wm = max(self.wm, target)
+                self.wm = max(self.wm, tick.wm if bound is None else min(tick.wm, bound))
             by = "idle"
         else:
             self.last_event_wall = now_ms
-            self._ingest(value, headers, offset, now_ms, cache, touched, out)
+            self._ingest(value, headers, offset, bound, now_ms, cache, touched, out)
             self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
             by = "watermark"
         self._settle_due(offset, by, cache, touched, out)
@@ -185,7 +216,7 @@ class PartitionProcessor:
             return None if off is None else int(off) + 1
         return None if self.last_offset < 0 else self.last_offset + 1
 
-    def _ingest(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
+    def _ingest(self, value: bytes | None, headers: Any, offset: int, bound: int | None, now_ms: int,
                 cache: dict[str, SessionState], touched: list[str], out: Outputs) -> None:
         cfg = self.cfg
         try:
@@ -197,22 +228,29 @@ class PartitionProcessor:
         for r in rejected:
             raw = r.raw if isinstance(r.raw, dict) else None
             out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, str(r.error),
-                                        raw, _event_json(r.raw, value), now_ms))
+                                        raw, event_json(r.raw, value), now_ms))
         if not events:
             return
         bad = {r.index for r in rejected}
         valid_idx = [i for i in range(len(raws)) if i not in bad] if rejected else range(len(raws))
-        sid, st = None, None  # a record's events are usually of one session: look it up once
+        st = None  # a record carries one session's events (decode_record refuses any other)
         for idx, ev in zip(valid_idx, events, strict=True):
-            if ev.session_id != sid:
-                sid = ev.session_id
-                st = self._session(sid, cache, create=True)
-                if not touched or touched[-1] != sid:
-                    touched.append(sid)
-            assert st is not None
-            self._apply(st, ev, raws[idx], idx, offset, out)
+            raw = raws[idx]
+            if bound is not None and ev.ts > bound:
+                out.dead.append(dead_letter(
+                    self.topic, self.partition, offset, idx, "future_ts",
+                    f"ts {ev.ts} is {ev.ts - bound + cfg.max_clock_skew_ms} ms after the record's broker timestamp "
+                    f"(allowed: {cfg.max_clock_skew_ms} ms, REWARDFLOW_MAX_CLOCK_SKEW_MS)",
+                    raw, event_json(raw, value), now_ms))
+                continue
+            if st is None:
+                st = self._session(ev.session_id, cache, create=True)
+                assert st is not None
+                touched.append(st.session_id)
+            self._apply(st, ev, raw, idx, offset, now_ms, out)
 
-    def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, out: Outputs) -> None:
+    def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
+               out: Outputs) -> None:
         f = ev.__dict__  # the validated fields; pydantic's attribute access costs more, and this runs per event
         event_id, ts = f["event_id"], f["ts"]
         seen = st.seen.get(event_id)
@@ -232,10 +270,7 @@ class PartitionProcessor:
             held = st.held.get(rid)
             if held is not None and offset <= held[0]:  # a replay meeting state written after this record:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
-        if done is not None and (done.wm >= self.wm - self.cfg.keep_done_ms
-                                 or done.served_ts >= self.book.min_closed_through()):
-            # (an expired tombstone counts as pruned whether or not its session woke up since, so the
-            # decision does not depend on wake-up timing, which a restart does not reproduce)
+        if done is not None and self._live(done):
             # the watermark that finalised the turn: a replay after a crash gives the same row
             out.late.append(exclusion("late", ev, raw, _ckpt(done), done.wm, self.partition, offset, idx))
             return
@@ -246,15 +281,27 @@ class PartitionProcessor:
         if ts + self.cfg.settle_ms < self.wm and (turn is None or served):
             out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
             return
+        over = refusal(st, self.cfg, turn is None, self.wm, self.book.min_closed_through(), self._live)
+        if over is not None:
+            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, over[0], over[1], raw,
+                                        event_json(raw, None), now_ms))
+            return
+        new_turn = turn is None
         if turn is None:
             turn = st.turns[rid] = TurnState.start(ev)
         turn.apply(ev)
+        st.note_applied(new_turn)
         if served and turn.served is not None:  # (only a served event sets it; it is never unset)
             self._open_served[rid] = turn.served["ts"]
         st.note_seen(event_id, ts, offset, idx)
         if ts > self.maxts:
             self.maxts = ts
         out.valid.append(event_row(ev, raw, self.partition, offset))
+
+    def _live(self, t: Tombstone) -> bool:
+        """Whether a tombstone is remembered (younger than its lifetime, or its windows open); pruned or
+        not, an expired one is not, so no decision depends on wake-up timing, which a restart changes."""
+        return t.wm >= self.wm - self.cfg.keep_done_ms or t.served_ts >= self.book.min_closed_through()
 
     # ------------------------------------------------------------------ settling
     def _session(self, sid: str, cache: dict[str, SessionState], create: bool) -> SessionState | None:
@@ -294,17 +341,22 @@ class PartitionProcessor:
         for rid, turn in list(st.turns.items()):
             anchor = turn.anchor()
             if anchor + settle_ms <= wm:
+                recs, o, failure = None, None, ""
                 if turn.served is not None:
-                    o = turn.outcome(hz, hz[-1], provisional=False, wm=wm, by=by)
-                    for s, h in self._scored:
-                        r = score(o, s, h)
+                    try:  # a turn whose scoring raises is excluded alone, not the record that settled it
+                        o = turn.outcome(hz, hz[-1], provisional=False, wm=wm, by=by)
+                        recs = [score(o, s, h) for s, h in self._scored]
+                    except Exception as exc:  # noqa: BLE001
+                        failure = f"{type(exc).__name__}: {exc}"[:500]
+                if recs is not None and o is not None:
+                    for r in recs:
                         out.rewards.append(r)
                         book.add(r)
-                    st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts))
+                    st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts, turn.n))
                 else:
-                    orphan = _orphan(turn, wm, self.partition)
+                    orphan = turn_exclusion(turn, wm, self.partition, failure)
                     out.excluded.append(orphan)  # type: ignore[arg-type]
-                    st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts))
+                    st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts, turn.n))
                 del st.turns[rid]
                 self._open_served.pop(rid, None)
             elif cfg.provisional and turn.served is not None:
@@ -429,7 +481,7 @@ class PartitionProcessor:
             self._schedule(st)
         for off, wins in sorted(recent, key=lambda r: r[0]):
             if off >= first_offset:
-                out.windows.extend(_window_from_obj(w) for w in wins)
+                out.windows.extend(window_from_obj(w) for w in wins)
         self.ready = True
 
     # ------------------------------------------------------------------ idle clock
@@ -444,53 +496,5 @@ class PartitionProcessor:
         return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
 
 
-def record_format(headers: Any) -> str | None:
-    """The ``rf-format`` header of a record, or None."""
-    if not headers:
-        return None
-    items = headers.items() if isinstance(headers, dict) else headers
-    for k, v in items:
-        if k == FORMAT_HEADER:
-            return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-    return None
-
-
-def _tick_wm(value: bytes | None) -> int | None:
-    """The watermark a tick record carries, or None when it is not ``{"wm": <int>}``."""
-    try:
-        obj = orjson.loads(value or b"")
-    except orjson.JSONDecodeError:
-        return None
-    wm = obj.get("wm") if isinstance(obj, dict) else None
-    return wm if isinstance(wm, int) and not isinstance(wm, bool) else None
-
-
-def _event_json(raw: Any, record: bytes | None) -> bytes:
-    """A rejected event as JSON for its dead letter; the whole record's bytes when orjson cannot
-    write it (nested deeper than its limit of 255, which a JSON record of up to 1024 levels can be)."""
-    try:
-        return orjson.dumps(raw, default=str)
-    except TypeError:  # orjson.JSONEncodeError
-        return record or b""
-
-
-def _window_from_obj(w: dict[str, Any]) -> WindowAggregate:
-    """A window record as stored in the meta key, with its int map keys restored (JSON made them str)."""
-    maps = {k: {int(h): v for h, v in w[k].items()} for k in ("persisted", "checked", "latency_hist")}
-    return cast(WindowAggregate, {**w, **maps})
-
-
 def _ckpt(t: Tombstone) -> str:
     return str(t.outcome["checkpoint_id"]) if t.outcome else ""
-
-
-def _orphan(turn: TurnState, wm: int, partition: int) -> dict[str, Any]:
-    from rewardflow.core.records import stable_id
-
-    return {
-        "exclusion_id": stable_id("orphan", turn.request_id), "reason": "orphan",
-        "request_id": turn.request_id, "session_id": turn.session_id, "org_id": turn.org_id,
-        "event_id": "", "event_type": "", "checkpoint_id": "", "ts": turn.first_ts, "watermark": wm,
-        "source_partition": partition,
-        "payload": orjson.dumps({"edits": len(turn.edits), "counts": turn.counts}).decode(),
-    }

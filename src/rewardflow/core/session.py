@@ -27,6 +27,7 @@ rewritten at every wake-up, mostly with both unchanged).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -47,13 +48,14 @@ class Tombstone:
     outcome: dict[str, Any] | None  # outcome_to_obj(...) for served turns
     orphan: dict[str, Any] | None  # Exclusion row for orphans
     first_ts: int | None = None  # event time of the turn's oldest event (None in state written before it)
+    n: int = 0  # events the turn held (the session limits count them)
 
     def to_obj(self) -> list[Any]:
-        return [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts]
+        return [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts, self.n]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> Tombstone:
-        return cls(*o) if len(o) == 6 else cls(o[0], o[1], o[2], o[3], o[4], o[5] if len(o) > 5 else None)
+        return cls(*o) if len(o) == 7 else cls(*o[:6], *([None] * (6 - len(o))))
 
 
 @dataclass(slots=True)
@@ -70,6 +72,38 @@ class SessionState:
     # to_json's encodings of seen and done: (the dict encoded, its length then, the bytes); never persisted
     _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
     _done_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
+    # [turns, events] of the open turns and of every tombstone in ``done`` (never below what
+    # :meth:`live_load` counts), and the (watermark, closed-through) it was last made exact at
+    _load: list[int] | None = field(default=None, repr=False, compare=False)
+    _load_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+
+    def load(self) -> tuple[int, int]:
+        """Turns and events the session holds, expired tombstones not yet pruned included (cheap)."""
+        if self._load is None:
+            tombs = self.done.values()
+            self._load = [len(self.turns) + len(self.done),
+                          sum(t.n for t in self.turns.values()) + sum(t.n for t in tombs)]
+            self._load_at = None
+        return self._load[0], self._load[1]
+
+    def live_load(self, wm: int, closed_through: int, live: Callable[[Tombstone], bool]) -> tuple[int, int]:
+        """Turns and events of the open turns and the ``live`` tombstones: the count the session
+        limits apply to. It depends on the watermark and the windows only, never on when expired
+        tombstones were pruned. Computed once per (``wm``, ``closed_through``), then kept current
+        by :meth:`note_applied`."""
+        if self._load is None or self._load_at != (wm, closed_through):
+            kept = [t for t in self.done.values() if live(t)]
+            self._load = [len(self.turns) + len(kept),
+                          sum(t.n for t in self.turns.values()) + sum(t.n for t in kept)]
+            self._load_at = (wm, closed_through)
+        return self._load[0], self._load[1]
+
+    def note_applied(self, new_turn: bool) -> None:
+        """Count an applied event (and the turn it opened)."""
+        load = self._load
+        if load is not None:
+            load[0] += new_turn
+            load[1] += 1
 
     def note_seen(self, event_id: str, ts: int, offset: int, index: int) -> None:
         """Record an applied event (keeps the cached oldest timestamp current)."""
@@ -131,6 +165,7 @@ class SessionState:
                             self.held[k] = (offset, x)
                     self.done = done = kept
                     self._done_json = None
+                    self._load = None
                     break
         if self.held and keep_offset is not None:
             self.held = {k: h for k, h in self.held.items() if h[0] >= keep_offset}

@@ -99,6 +99,7 @@ class TurnState:
     checks: dict[str, dict[int, list[Any]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     provisional_h: int = 0  # last horizon a provisional outcome was emitted for
+    n: int = 0  # events applied (the session limits count them)
 
     @classmethod
     def start(cls, event: Envelope) -> TurnState:
@@ -112,6 +113,7 @@ class TurnState:
     def apply(self, ev: Envelope) -> None:
         """Fold one validated event into the turn. Order-independent."""
         ts = ev.ts
+        self.n += 1
         if ts < self.first_ts:
             self.first_ts = ts
         kind = _KIND.get(type(ev)) or _kind_of(type(ev))
@@ -197,12 +199,12 @@ class TurnState:
     def to_obj(self) -> list[Any]:
         checks = {e: {str(h): v for h, v in hs.items()} for e, hs in self.checks.items()} if self.checks else {}
         return [self.request_id, self.session_id, self.org_id, self.first_ts, self.served,
-                self.edits, checks, self.counts, self.provisional_h]
+                self.edits, checks, self.counts, self.provisional_h, self.n]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> TurnState:
         checks = {e: {int(h): v for h, v in hs.items()} for e, hs in o[6].items()} if o[6] else {}
-        return cls(o[0], o[1], o[2], o[3], o[4], o[5], checks, o[7], o[8])
+        return cls(o[0], o[1], o[2], o[3], o[4], o[5], checks, o[7], o[8], o[9] if len(o) > 9 else 0)
 
 
 _OUTCOME_FIELDS: tuple[str, ...] = TurnOutcome.__slots__  # the fields, in declaration order

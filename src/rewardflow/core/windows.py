@@ -21,6 +21,7 @@ only when read, so they are the same whatever the path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from rewardflow.core.histogram import LogHistogram
 from rewardflow.core.records import RewardRecord, WindowAggregate, id_of_joined
@@ -176,3 +177,9 @@ class WindowBook:
             for k in [k for k in opened if k[0] == size and k[1] + size_ms <= through]:
                 out.append(opened.pop(k).to_record(partition))
         return out
+
+
+def window_from_obj(w: dict[str, Any]) -> WindowAggregate:
+    """A window record as stored in the state, with its int map keys restored (JSON made them str)."""
+    maps = {k: {int(h): v for h, v in w[k].items()} for k in ("persisted", "checked", "latency_hist")}
+    return cast(WindowAggregate, {**w, **maps})

@@ -54,12 +54,16 @@ class DemoRunner:
         self._sink_thread: threading.Thread | None = None
         window_s = max(settings.window_sizes_s)
         self.monitors = MonitorConfig(window_size_s=window_s)
-        now_ms = int(time.time() * 1000)
-        self.start_ms = now_ms - now_ms % (window_s * 1000)  # the first monitored window is a full one
+        self.start_ms = 0  # set by run(): the simulation's whole span lies before the broker's clock
 
     # ------------------------------------------------------------------ lifecycle
     def run(self, *, sessions: int, turns_per_session: int, seed: int, hack: str | None, noise: bool,
             json_only: bool, out_dir: Path, timeout_s: float, candidate_kind: str = "published") -> int:
+        from rewardflow.sim.config import default_start_ms
+
+        # aligned to the largest window: the first monitored window is a full one
+        self.start_ms = default_start_ms(int(time.time() * 1000), duration_s=3_600.0, turns_per_session=turns_per_session,
+                                         align_s=max(self.settings.window_sizes_s))
         try:
             self._start()
             truth = self._simulate(sessions, turns_per_session, seed, hack, noise, candidate_kind)

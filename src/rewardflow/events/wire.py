@@ -8,9 +8,9 @@
 The ``rf-format`` record header names the format. Without it the first byte
 decides (``0`` → avro, ``{`` → json).
 
-Contract: :func:`decode_record` is pure; it returns plain event dicts (not yet
-validated) or raises :class:`~rewardflow.events.errors.DecodeError` with a
-stable ``code``. Encoders raise ``ValueError`` for data that does not fit the
+Contract: :func:`decode_record` is pure; it returns the plain event dicts (not yet
+validated) of one session, at least one, or raises
+:class:`~rewardflow.events.errors.DecodeError` with a stable ``code``. Encoders raise ``ValueError`` for data that does not fit the
 schema; they never truncate.
 """
 
@@ -36,7 +36,8 @@ DEFAULT_MAX_BATCH_EVENTS = 500
 _FRAME = struct.Struct(">bI")
 
 
-def _header(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes] | None) -> str | None:
+def record_format(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes] | None) -> str | None:
+    """The ``rf-format`` header of a record, or None."""
     if not headers:
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
@@ -63,22 +64,38 @@ def decode_record(
         raise DecodeError("empty record value", code="not_an_event")
     if len(value) > max_bytes:
         raise DecodeError(f"record of {len(value)} bytes exceeds the {max_bytes}-byte limit", code="too_large")
-    fmt = _header(headers)
+    fmt = record_format(headers)
     if fmt is None:
         fmt = AVRO if value[0] == 0 else JSON if value[:1] in (b"{", b"[") else None
+    batch_sid = None
     if fmt == AVRO:
-        events = _decode_avro(value, catalogue or default_catalogue())
+        events, batch_sid = _decode_avro(value, catalogue or default_catalogue())
     elif fmt == JSON:
         events = _decode_json(value)
     else:
         raise DecodeError(f"unknown wire format {fmt!r} (header {FORMAT_HEADER} must be avro or json)", code="unknown_format")
     if len(events) > max_batch_events:
         raise DecodeError(f"batch of {len(events)} events exceeds the limit of {max_batch_events}", code="batch_too_large")
+    if not events:
+        raise DecodeError("the batch holds no event", code="empty_batch")
+    first = batch_sid  # (a session id that is not a string is the event's own validation error)
+    for e in events:
+        sid = e.get("session_id") if type(e) is dict else None
+        if type(sid) is str:
+            if first is None:
+                first = sid
+            elif sid != first:
+                if batch_sid is not None:
+                    raise DecodeError(f"the EventBatch's session_id {batch_sid[:128]!r} differs from its events'",
+                                      code="batch_session_mismatch")
+                raise DecodeError("a record carries the events of one session; this one mixes session ids",
+                                  code="mixed_sessions")
     return events
 
 
-def _decode_avro(value: bytes, cat: Catalogue) -> list[dict[str, Any]]:
+def _decode_avro(value: bytes, cat: Catalogue) -> tuple[list[dict[str, Any]], str | None]:
     """Frame, schema id, then the body: the compiled decoder (``avro_fast``) when it returns a value, else fastavro.
+    Returns the events and, for an ``EventBatch``, the session id it names.
 
     The compiled decoder returns exactly fastavro's objects or None (then fastavro reads the body, so every
     error and its message is fastavro's); it is used only when the writer schema is the current one.
@@ -125,11 +142,11 @@ def _decode_avro(value: bytes, cat: Catalogue) -> list[dict[str, Any]]:
             else:
                 record = item
             out.append(record)
-        return out
+        return out, obj.get("session_id")
     assert isinstance(obj, dict)
     if obj.get("event_type") != entry.name:
         obj["event_type"] = f"{entry.name}!{obj.get('event_type')}"
-    return [obj]
+    return [obj], None
 
 
 def _decode_json(value: bytes) -> list[dict[str, Any]]:

@@ -86,6 +86,22 @@ class SimConfig(BaseModel):
         return self.start_ms + int(self.duration_s * 1000)
 
 
+def default_start_ms(now_ms: int, *, duration_s: float, turns_per_session: int, time_scale: float = 0.0,
+                     align_s: int = 1) -> int:
+    """Where a simulation started at wall time ``now_ms`` should begin in event time.
+
+    The pipeline dead-letters events dated after their broker timestamp plus the allowed clock
+    skew, so an unpaced simulation (``time_scale`` 0), whose hours of event time are sent in
+    seconds, starts early enough for its whole span to lie before ``now_ms``: the session starts,
+    ten minutes per turn and the final horizon, plus an hour. A paced one starts that much earlier
+    less what the sending takes (at 1x, now). Rounded down to ``align_s`` seconds.
+    """
+    span_ms = int((duration_s + turns_per_session * 600 + 3_600) * 1000) + 3_600_000
+    lead = span_ms if time_scale <= 0 else max(0, int(span_ms * (1 - 1 / time_scale)))
+    start = now_ms - lead
+    return start - start % (align_s * 1000)
+
+
 def ab_config(baseline: str | CheckpointProfile = "ckpt-base", candidate: str | CheckpointProfile = "ckpt-cand",
               *, hack: Hack | None = None, candidate_kind: CandidateKind = "published",
               noise: bool | NoiseConfig = False, **fields: object) -> SimConfig:

@@ -1,0 +1,43 @@
+"""What one session may hold: the rule that bounds a session's state whatever a client sends.
+
+A session may hold at most ``max_session_turns`` turns (open ones plus finalised ones whose
+tombstone is still live) and ``max_session_events`` events in them. An event beyond either
+is refused with a dead-letter code; only that session's excess is affected. The counts
+cover live tombstones only, so a decision never depends on when expired tombstones happen
+to be pruned (a restart rebuilds the wake-up schedule, and prunes at other times).
+
+Contract: pure. :data:`TURN_BYTES` and :data:`EVENT_BYTES` bound what a turn and an event add
+to the stored state at the contract's longest ids, so a session at its limits fits a
+changelog record of ``turns * TURN_BYTES + events * EVENT_BYTES`` bytes
+(``tests/core/test_untrusted.py`` builds such a session).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rewardflow.core.config import JoinConfig
+from rewardflow.core.session import SessionState, Tombstone
+
+TURN_BYTES = 2_048
+"""Most bytes one turn adds to its session's stored state, open or as a tombstone."""
+EVENT_BYTES = 400
+"""Most bytes one applied event adds to its session's stored state (its seen id, a check or an edit)."""
+
+
+def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, wm: int, closed_through: int,
+            live: Callable[[Tombstone], bool]) -> tuple[str, str] | None:
+    """The dead-letter code and reason when one more event (opening a turn if ``new_turn``) would
+    put the session over its limits, else None. Cheap while the session is far from them."""
+    turns, events = st.load()
+    if (not new_turn or turns < cfg.max_session_turns) and events < cfg.max_session_events:
+        return None
+    turns, events = st.live_load(wm, closed_through, live)
+    if new_turn and turns >= cfg.max_session_turns:
+        return ("session_turn_limit", f"session {st.session_id[:128]!r} holds {turns} turns, the limit "
+                f"(REWARDFLOW_MAX_SESSION_TURNS={cfg.max_session_turns}); a finalised turn counts until "
+                "its tombstone expires")
+    if events >= cfg.max_session_events:
+        return ("session_event_limit", f"session {st.session_id[:128]!r} holds {events} events, the limit "
+                f"(REWARDFLOW_MAX_SESSION_EVENTS={cfg.max_session_events})")
+    return None

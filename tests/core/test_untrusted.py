@@ -1,0 +1,382 @@
+"""Hostile and broken producers against the pure core: what no record may do to another session.
+
+The processor runs as the worker runs it: a tick key, a broker timestamp per record,
+session limits and a store of encoded values. Each test states one rule of
+``docs/trust.md``; the property test at the end mixes hostile records into honest
+streams and requires the honest sessions' rewards to be exactly those of the honest
+stream alone.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
+from rewardflow.core.outputs import Outputs
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES
+from rewardflow.core.ticks import TICK_HEADERS, signed_tick
+from rewardflow.events.wire import encode_avro, encode_json
+from tests.core.feed import JSON_H, SPECS
+from tests.factories import T0, ev, turn
+
+KEY, TOPIC, SKEW = b"unit-test-tick-key-0123", "raw", 1_000
+CFG = JoinConfig(horizons_s=(30, 120), grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,),
+                 max_clock_skew_ms=SKEW, max_session_turns=3, max_session_events=30, tick_key=KEY)
+HZ = (30, 120)
+TIMING = ("finalised_wm", "finalised_by")
+
+
+class Broker:
+    """One partition as the worker feeds it: consecutive offsets, each record with a broker timestamp."""
+
+    def __init__(self, cfg: JoinConfig = CFG, store: Any = None) -> None:
+        self.store = store if store is not None else EncodedStore(check=False)
+        self.proc = PartitionProcessor(cfg, list(SPECS), self.store, TOPIC, 0)
+        self.offset, self.total = 0, Outputs()
+
+    def record(self, value: bytes | None, headers: Any, at: int) -> Outputs:
+        out = self.proc.process(value, headers, self.offset, 1_000_000 + self.offset, record_ts=at)
+        self.offset += 1
+        self.total.extend(out)
+        return out
+
+    def send(self, at: int, *events: dict[str, Any]) -> Outputs:
+        return self.record(encode_json(list(events)), JSON_H, at)
+
+    def tick(self, wm: int, at: int, key: bytes = KEY) -> Outputs:
+        return self.record(signed_tick(key, TOPIC, wm), TICK_HEADERS, at)
+
+    def finals(self, session: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(r["spec_version"], r["sample_id"]): {k: v for k, v in r.items() if k not in TIMING}
+                for r in self.total.rewards
+                if not r["provisional"] and (session is None or r["session_id"] == session)}
+
+
+def codes(out: Outputs) -> list[str]:
+    return [d["reason_code"] for d in out.dead]
+
+
+# ---------------------------------------------------------------------------- clocks
+def test_an_event_dated_past_the_skew_is_dead_lettered_and_moves_no_watermark() -> None:
+    b = Broker()
+    honest = turn("r1", "s1", T0, horizons=HZ)
+    b.send(T0, *honest[:2])
+    wm = b.proc.wm
+    out = b.send(T0, ev("InferenceServed", "evil", "s-evil", T0 + SKEW + 1))
+    assert codes(out) == ["future_ts"] and "REWARDFLOW_MAX_CLOCK_SKEW_MS" in out.dead[0]["reason"]
+    assert b.proc.wm == wm and not out.valid
+    at_bound = b.send(T0, ev("InferenceServed", "edge", "s-edge", T0 + SKEW))  # exactly the bound: accepted
+    assert len(at_bound.valid) == 1 and not at_bound.dead
+    b.send(T0 + 200_000, *honest[2:])  # r1's later signals still count
+    assert not b.total.late
+    b.tick(2**62, T0 + 10**7)
+    assert {k[1] for k in b.finals()} == {"r1", "edge"}
+
+
+def test_a_single_future_event_cannot_finalise_a_partition() -> None:
+    """The report's case: one ``InferenceServed`` in 2099 finalised every open turn of its partition."""
+    b = Broker()
+    turns = [turn(f"r{i}", f"s{i}", T0 + i, horizons=HZ) for i in range(20)]
+    for t in turns:
+        b.send(T0 + 20, *t[:3])
+    b.send(T0 + 30, ev("InferenceServed", "evil", "s-evil", 4_070_908_800_000))
+    rejects = [ev("UserAction", f"r{i}", f"s{i}", T0 + 4_000, action="reject") for i in range(20)]
+    for r in rejects:
+        b.send(T0 + 4_000, r)
+    assert not b.total.late and not [r for r in b.total.rewards if not r["provisional"]]
+    for t in turns:
+        b.send(T0 + 200_000, *t[3:])
+    b.tick(2**62, T0 + 10**7)
+    finals = b.finals()
+    assert len(finals) == 20 * len(SPECS)
+    assert all(r["n_reject"] == 1 for r in finals.values())
+
+
+def test_a_record_without_broker_time_is_unbounded() -> None:
+    """Replays of stored, already accepted events pass no timestamp: nothing is refused for time."""
+    b = Broker()
+    out = b.proc.process(encode_json([ev("InferenceServed", "r", "s", T0 + 10**9)]), JSON_H, 0, 0)
+    assert len(out.valid) == 1
+
+
+# ---------------------------------------------------------------------------- ticks
+@pytest.mark.parametrize("value", [
+    orjson.dumps({"wm": 4_102_444_799_999}),  # no MAC
+    orjson.dumps({"wm": 18_446_744_073_709_551_615, "mac": "00"}),
+    signed_tick(b"another-deployment-key", TOPIC, T0 + 10**6),
+    signed_tick(KEY, "another.topic", T0 + 10**6),
+    orjson.dumps({"wm": T0 + 10**6 + 1, "mac": orjson.loads(signed_tick(KEY, TOPIC, T0 + 10**6))["mac"]}),
+])
+def test_a_tick_no_worker_wrote_is_dead_lettered_as_forged(value: bytes) -> None:
+    b = Broker()
+    b.send(T0, *turn("r1", "s1", T0, horizons=HZ)[:3])
+    wm = b.proc.wm
+    out = b.record(value, TICK_HEADERS, T0 + 10**7)
+    assert codes(out) == ["forged_tick"] and b.proc.wm == wm and not out.rewards
+
+
+def test_a_signed_tick_is_capped_at_its_record_time_plus_skew() -> None:
+    b = Broker()
+    b.send(T0, *turn("r1", "s1", T0, horizons=HZ)[:3])
+    b.tick(2**62, T0 + 5_000)
+    assert b.proc.wm == T0 + 5_000 + SKEW
+    b.tick(T0, T0 + 6_000)  # a lower watermark changes nothing
+    assert b.proc.wm == T0 + 5_000 + SKEW
+
+
+def test_without_a_key_unsigned_ticks_pass_for_trusted_replays() -> None:
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,))
+    proc = PartitionProcessor(cfg, list(SPECS), DictStore(), TOPIC, 0)
+    proc.process(orjson.dumps({"wm": T0}), TICK_HEADERS, 0, 0)
+    assert proc.wm == T0
+
+
+# ---------------------------------------------------------------------------- the contract
+@pytest.mark.parametrize("value, code", [
+    (b"[]", "empty_batch"),
+    (b'{"events": []}', "empty_batch"),
+    (encode_json([ev("InferenceServed", "a", "s1"), ev("ToolCall", "a", "s2")]), "mixed_sessions"),
+])
+def test_empty_and_mixed_records_are_dead_lettered_whole(value: bytes, code: str) -> None:
+    out = Broker().record(value, JSON_H, T0)
+    assert [(d["index"], d["reason_code"]) for d in out.dead] == [(-1, code)] and not out.valid
+
+
+def test_an_event_batch_naming_another_session_is_dead_lettered() -> None:
+    events = [ev("InferenceServed", "a", "s1"), ev("ToolCall", "a", "s1")]
+    value = encode_avro(events, batch_id="b")
+    forged = value.replace(b"\x04s1", b"\x04s9", 1)  # the batch's own session_id field comes first
+    assert forged != value
+    out = Broker().record(forged, [("rf-format", b"avro")], T0)
+    assert codes(out) == ["batch_session_mismatch"] and not out.valid
+
+
+# ---------------------------------------------------------------------------- volume
+def test_a_session_over_its_turn_limit_has_the_excess_dead_lettered_and_others_are_untouched() -> None:
+    b = Broker()
+    b.send(T0, *turn("h1", "honest", T0, horizons=HZ)[:3])
+    flood = [ev("InferenceServed", f"f{i}", "flood", T0 + i) for i in range(10)]
+    out = b.send(T0 + 10, *flood)
+    assert len(out.valid) == CFG.max_session_turns
+    assert codes(out) == ["session_turn_limit"] * (10 - CFG.max_session_turns)
+    assert [d["index"] for d in out.dead] == list(range(CFG.max_session_turns, 10))
+    more = b.send(T0 + 20, ev("ToolCall", "f0", "flood", T0 + 20))  # an open turn still takes events
+    assert len(more.valid) == 1
+    b.send(T0 + 200_000, *turn("h1", "honest", T0, horizons=HZ)[3:])
+    b.tick(T0 + 300_000, T0 + 300_000)
+    assert {k[1] for k in b.finals("honest")} == {"h1"}
+    # finalised turns count until their tombstones expire; after that the session may open turns again
+    assert codes(b.send(T0 + 300_001, ev("InferenceServed", "f10", "flood", T0 + 300_001))) == ["session_turn_limit"]
+    later = T0 + 300_000 + CFG.keep_done_ms + 120_000
+    b.tick(later, later)
+    assert len(b.send(later, ev("InferenceServed", "f11", "flood", later)).valid) == 1
+
+
+def test_a_session_over_its_event_limit_has_the_excess_dead_lettered() -> None:
+    b = Broker()
+    events = [ev("ToolCall", "t", "busy", T0 + i, call_id=f"c{i}") for i in range(40)]
+    out = b.send(T0 + 40, *events)
+    assert len(out.valid) == CFG.max_session_events
+    assert set(codes(out)) == {"session_event_limit"} and len(out.dead) == 40 - CFG.max_session_events
+
+
+def test_the_limit_does_not_depend_on_when_expired_tombstones_are_pruned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expired tombstones are not counted, pruned or not: a session whose wake-up came late (as after a
+    restart, which rebuilds the wake-up schedule) decides as one that woke on time."""
+    from rewardflow.core.session import SessionState
+
+    def run(prune: bool) -> tuple[list[str], int]:
+        with monkeypatch.context() as m:
+            if not prune:
+                m.setattr(SessionState, "prune", lambda self, *a, **k: None)
+            b = Broker()
+            b.send(T0, *[ev("InferenceServed", f"f{i}", "s", T0 + i) for i in range(3)])
+            b.tick(T0 + 200_000, T0 + 200_000)  # finalised
+            gone = T0 + 200_000 + CFG.keep_done_ms + 120_000
+            b.tick(gone, gone)  # expired: pruned at this wake-up, or (without prune) still stored
+            out = b.send(gone + 1, ev("InferenceServed", "f9", "s", gone + 1))
+            return codes(out), len(b.store.get("s:s")[4])
+
+    (pruned, kept_pruned), (unpruned, kept_unpruned) = run(True), run(False)
+    assert kept_pruned == 0 and kept_unpruned == 3  # the two runs do differ in what they store...
+    assert pruned == unpruned == []  # ...but not in what they decide
+
+
+def test_a_session_at_its_limits_with_the_longest_ids_fits_the_bound_the_changelog_is_sized_for() -> None:
+    long_id, short = "x" * 128, "y" * 64
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,),
+                     max_session_turns=40, max_session_events=400)
+
+    def event(kind: str, rid: int, i: int, **f: Any) -> dict[str, Any]:
+        return ev(kind, f"{rid:04d}" + long_id[4:], long_id, T0 + i, event_id=f"{i:06d}" + short[6:], org_id=long_id,
+                  producer={"name": short, "version": short}, **f)
+
+    store = EncodedStore(check=False)
+    proc = PartitionProcessor(cfg, list(SPECS), store, TOPIC, 0)
+    i, offset, largest = 0, 0, 0
+    for rid in range(cfg.max_session_turns):
+        events = [event("InferenceServed", rid, i := i + 1, checkpoint_id=long_id, experiment_arm=short,
+                        ttft_ms=2**31 - 1, latency_ms=2**31 - 1, prompt_tokens=2**31 - 1, completion_tokens=2**31 - 1)]
+        for k in range(cfg.max_session_events // cfg.max_session_turns - 1):
+            edit = f"{k:04d}" + long_id[4:]
+            events.append(event("AgentEdit", rid, i := i + 1, edit_id=edit, file_path_hash=long_id, language=short,
+                                lines_added=2**31 - 1, lines_removed=2**31 - 1, chars_inserted=2**31 - 1,
+                                content_fingerprint=long_id) if k % 2 == 0 else
+                          event("PersistenceCheck", rid, i := i + 1, edit_id=f"{k - 1:04d}" + long_id[4:],
+                                horizon_s=604_800 - k, survival_score=0.1234567890123, revert_score=0.1234567890123,
+                                unchanged=True, surviving_chars=2**31 - 1, branch_changed=True))
+        out = proc.process(encode_json(events), JSON_H, offset, 0)
+        assert not out.dead, out.dead[:1]
+        offset += 1
+        largest = max(largest, len(store.data["s:" + long_id]))
+    proc.process(orjson.dumps({"wm": T0 + 200_000}), TICK_HEADERS, offset, 0)  # every turn a tombstone
+    largest = max(largest, len(store.data["s:" + long_id]))
+    bound = cfg.max_session_turns * TURN_BYTES + cfg.max_session_events * EVENT_BYTES
+    assert largest <= bound, f"{largest:,} bytes over the {bound:,} the limits promise"
+
+
+# ---------------------------------------------------------------------------- processing failures
+def _raising_on(monkeypatch: pytest.MonkeyPatch, request_id: str) -> None:
+    real = PartitionProcessor._apply
+
+    def apply(self: PartitionProcessor, st: Any, ev_: Any, *args: Any) -> None:
+        if ev_.request_id == request_id:
+            raise RuntimeError("boom")
+        real(self, st, ev_, *args)
+
+    monkeypatch.setattr(PartitionProcessor, "_apply", apply)
+
+
+def test_a_record_that_makes_the_core_raise_is_dead_lettered_and_leaves_state_as_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    honest = turn("r1", "s1", T0, horizons=HZ)
+    poison = [ev("InferenceServed", "ok-part", "s1", T0 + 5), ev("ToolCall", "poison", "s1", T0 + 6)]
+
+    def run(with_poison: bool) -> Broker:
+        b = Broker()
+        records: list[tuple[bytes | None, Any, int, int | None]] = [
+            (encode_json(honest[:2]), JSON_H, 0, T0),
+            *([(encode_json(poison), JSON_H, 1, T0)] if with_poison else []),
+            (encode_json(honest[2:]), JSON_H, 2, T0 + 200_000),
+            (signed_tick(KEY, TOPIC, 2**62), TICK_HEADERS, 3, T0 + 10**7),
+        ]
+        b.total.extend(b.proc.process_batch(records, 0))  # one batch: the failure rolls the whole batch back
+        return b
+
+    clean = run(False)
+    _raising_on(monkeypatch, "poison")
+    hit = run(True)
+    assert [(d["source_offset"], d["reason_code"]) for d in hit.total.dead] == [(1, "processing_error")]
+    assert "RuntimeError: boom" in hit.total.dead[0]["reason"]
+    assert hit.finals() == clean.finals() and len(hit.finals()) == len(SPECS)
+    assert not [r for r in hit.total.valid if r["request_id"] == "ok-part"]  # nothing of the failed record stays
+    assert hit.store.data == clean.store.data  # (the failed record's events left no trace in any session)
+
+
+def test_over_a_store_that_cannot_roll_back_the_exception_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
+    _raising_on(monkeypatch, "poison")
+    b = Broker(store=DictStore())
+    with pytest.raises(RuntimeError):
+        b.send(T0, ev("ToolCall", "poison", "s1", T0))
+
+
+def test_a_turn_whose_scoring_raises_is_excluded_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rewardflow.core.processor as processor
+
+    real = processor.score
+
+    def score(o: Any, spec: Any, h: str) -> Any:
+        if o.request_id == "bad":
+            raise ZeroDivisionError("weights")
+        return real(o, spec, h)
+
+    monkeypatch.setattr(processor, "score", score)
+    b = Broker()
+    b.send(T0, *turn("bad", "s1", T0, horizons=HZ))
+    b.send(T0, *turn("good", "s2", T0, horizons=HZ))
+    b.tick(2**62, T0 + 10**7)
+    assert {k[1] for k in b.finals()} == {"good"}
+    (x,) = [x for x in b.total.excluded if x["request_id"] == "bad"]
+    assert x["reason"] == "scoring_error" and "ZeroDivisionError" in orjson.loads(x["payload"])["error"]
+
+
+# ---------------------------------------------------------------------------- the property
+def honest_stream(rng: random.Random, sessions: int) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(broker time, events) records of honest sessions: each turn's events in time order, one
+    session's events per record, each record sent at (or after) its events' time."""
+    events = []
+    for s in range(sessions):
+        for t in range(rng.randint(1, 2)):
+            events += turn(f"h{s}-{t}", f"hs{s}", T0 + rng.randrange(0, 60_000) + t * 5_000, horizons=HZ,
+                           survival=rng.choice([0.2, 0.9]))
+    events.sort(key=lambda e: e["ts"])
+    records: list[tuple[int, list[dict[str, Any]]]] = []
+    for e in events:
+        if records and records[-1][1][-1]["session_id"] == e["session_id"] and rng.random() < 0.5:
+            records[-1][1].append(e)
+        else:
+            records.append((e["ts"], [e]))
+    return [(max(x["ts"] for x in evs), evs) for _, evs in records]
+
+
+def hostile_record(rng: random.Random, at: int, i: int, victim: str) -> tuple[bytes | None, Any]:
+    """One record of a hostile or broken producer, sent at broker time ``at``."""
+    kind = rng.choice(["future", "within_skew", "forged_tick", "forged_max", "mixed", "empty", "flood", "poison",
+                       "stale", "wrong_key_tick"])
+    if kind == "future":
+        return encode_json([ev("InferenceServed", f"x{i}", "evil", at + SKEW + rng.randint(1, 10**12))]), JSON_H
+    if kind == "within_skew":  # allowed: it may move the watermark by up to the skew, never more
+        return encode_json([ev("FollowUp", f"x{i}", "evil", at + rng.randint(0, SKEW))]), JSON_H
+    if kind == "forged_tick":
+        return orjson.dumps({"wm": at + rng.randint(1, 10**12)}), TICK_HEADERS
+    if kind == "forged_max":
+        return orjson.dumps({"wm": 18_446_744_073_709_551_615}), TICK_HEADERS
+    if kind == "wrong_key_tick":
+        return signed_tick(b"stolen-or-guessed", TOPIC, at + 10**9), TICK_HEADERS
+    if kind == "mixed":  # an event aimed at an honest session, smuggled beside one of the attacker's
+        victim_session = "hs" + victim[1:].split("-")[0]
+        return encode_json([ev("FollowUp", f"x{i}", "evil", at),
+                            ev("UserAction", victim, victim_session, at, action="revert")]), JSON_H
+    if kind == "empty":
+        return rng.choice([b"[]", b'{"events": []}']), JSON_H
+    if kind == "flood":
+        return encode_json([ev("InferenceServed", f"x{i}-{k}", "flood", at) for k in range(8)]), JSON_H
+    if kind == "stale":
+        return encode_json([ev("InferenceServed", f"x{i}", "evil", T0 - 10**9)]), JSON_H
+    return encode_json([ev("ToolCall", "poison", "evil", at)]), JSON_H
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), hostile=st.integers(1, 12), batch=st.integers(1, 5))
+def test_hostile_records_never_change_an_honest_sessions_rewards(
+        monkeypatch: pytest.MonkeyPatch, seed: int, hostile: int, batch: int) -> None:
+    rng = random.Random(seed)
+    honest = honest_stream(rng, rng.randint(2, 5))
+    victims = sorted({e["request_id"] for _, evs in honest for e in evs})
+    mixed: list[tuple[int, bytes | None, Any]] = [(at, encode_json(evs), JSON_H) for at, evs in honest]
+    for i in range(hostile):
+        pos = rng.randrange(len(mixed) + 1)
+        at = mixed[pos - 1][0] if pos else T0
+        mixed.insert(pos, (at, *hostile_record(rng, at, i, rng.choice(victims))))
+    _raising_on(monkeypatch, "poison")
+
+    def finals(records: list[tuple[int, bytes | None, Any]]) -> dict[Any, Any]:
+        b = Broker()
+        end = max(at for at, _, _ in records) + 10**7
+        recs = [(v, h, o, at) for o, (at, v, h) in enumerate(records)]
+        recs.append((signed_tick(KEY, TOPIC, 2**62), TICK_HEADERS, len(recs), end))
+        for k in range(0, len(recs), batch):
+            b.total.extend(b.proc.process_batch(recs[k:k + batch], 0))
+        return {k: v for k, v in b.finals().items() if v["session_id"].startswith("hs")}
+
+    want = finals([(at, encode_json(evs), JSON_H) for at, evs in honest])
+    got = finals(mixed)
+    assert got == want and len(want) == len(victims) * len(SPECS)

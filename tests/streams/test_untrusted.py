@@ -1,0 +1,129 @@
+"""Hostile and broken producers against a real worker and broker (docs/trust.md).
+
+Each test sends what an attacker, a skewed clock or a buggy client could send next
+to honest traffic and checks that the honest sessions' rewards are untouched, the
+bad input is dead-lettered with its reason, and the worker keeps running. Horizons
+of 1 and 2 s let honest turns run in real time: their signals are sent when their
+event time comes, so the broker's clock (LogAppendTime) never sees them early.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from rewardflow import topics as T
+from tests.factories import ev
+from tests.streams.kafka_io import json_record, read_raw
+from tests.streams.replay import on_wire, replay, rows_by_id
+
+pytestmark = pytest.mark.kafka
+REAL_TIME = {"horizons_s": [1, 2], "grace_ms": 1_000, "allowed_lateness_ms": 500, "max_clock_skew_ms": 500,
+             "window_sizes_s": [60]}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def opening(rid: str, sid: str, t: int) -> list[dict[str, Any]]:
+    """A turn's first events: served, one edit, one tool call."""
+    return [ev("InferenceServed", rid, sid, t), ev("AgentEdit", rid, sid, t + 100, edit_id=f"{rid}-ed"),
+            ev("ToolCall", rid, sid, t + 200, call_id=f"{rid}-c")]
+
+
+def closing(rid: str, sid: str, t: int) -> list[dict[str, Any]]:
+    """The same turn's checks at 1 and 2 s after its edit (send them once that time has come)."""
+    return [ev("PersistenceCheck", rid, sid, t + 100 + h * 1000, edit_id=f"{rid}-ed", horizon_s=h, survival_score=0.8)
+            for h in (1, 2)]
+
+
+def wait_until(t_ms: int) -> None:
+    time.sleep(max(0.0, (t_ms - now_ms()) / 1000 + 0.05))
+
+
+def test_future_events_and_forged_ticks_leave_other_sessions_untouched_across_a_kill(deploy: Any) -> None:
+    # idle ticks after 3 s (capped at the broker's clock) finalise the turns once their signals are in
+    d = deploy(**REAL_TIME, idle_timeout_s=3.0, idle_clock_rate=50.0)
+    t0 = now_ms()
+    sessions = [(f"r{i}", f"s{i}", i % 2) for i in range(10)]
+    d.raw.send_many([(p, *json_record(*opening(rid, sid, t0))) for rid, sid, p in sessions])
+    attacks = [  # (partition, value, headers, reason code) on both partitions, beside the open turns
+        (0, *json_record(ev("InferenceServed", "evil-1", "evil", 4_070_908_800_000)), "future_ts"),  # 2099
+        (1, *json_record(ev("UserAction", "evil-2", "evil2", now_ms() + 262_000, action="undo")), "future_ts"),
+        (0, orjson.dumps({"wm": 4_102_444_799_999}), [("rf-format", b"tick")], "forged_tick"),
+        (1, orjson.dumps({"wm": 18_446_744_073_709_551_615}), [("rf-format", b"tick")], "forged_tick"),
+    ]
+    offsets = d.raw.send_many([(p, v, h) for p, v, h, _ in attacks])
+    out = d.out.until(lambda o: len(o.rows[T.DEADLETTERS]) >= len(attacks), 20, "the attacks' dead letters")
+    got = {(r["source_partition"], r["source_offset"]): r["reason_code"] for r in out.rows[T.DEADLETTERS]}
+    assert got == {(p, off): code for (p, _, _, code), off in zip(attacks, offsets, strict=True)}
+
+    # the users' rejects, a second after the turns: they count (nothing was finalised by the attacks)
+    wait_until(t0 + 1_000)
+    d.raw.send_many([(p, *json_record(ev("UserAction", rid, sid, now_ms(), action="reject"))) for rid, sid, p in sessions])
+    wait_until(t0 + 2_200)
+    d.raw.send_many([(p, *json_record(*closing(rid, sid, t0))) for rid, sid, p in sessions])
+    d.worker.kill()  # a restart in the middle of all this
+    d.worker.restart(60)
+    t1 = now_ms()  # fresh traffic after the attacks is on time
+    fresh = [(f"n{i}", f"s{i}", i % 2) for i in range(10)]
+    d.raw.send_many([(p, *json_record(*opening(rid, sid, t1))) for rid, sid, p in fresh])
+    wait_until(t1 + 2_200)
+    d.raw.send_many([(p, *json_record(*closing(rid, sid, t1))) for rid, sid, p in fresh])
+
+    n_specs = 2
+    out = d.out.until(lambda o: len({(r["spec_version"], r["sample_id"]) for r in o.finals()}) >= 20 * n_specs,
+                      60, "every honest turn final")
+    assert out.rows[T.LATE] == [], out.rows[T.LATE][:3]
+    finals = {(r["spec_version"], r["sample_id"]): r for r in out.finals()}
+    assert {rid for _, rid in finals} == {rid for rid, _, _ in sessions + fresh}
+    assert all(r["n_reject"] == 1 and r["checked"] for k, r in finals.items() if k[1].startswith("r"))
+    # and the worker gave what one uninterrupted run of the same raw topic gives
+    truth = rows_by_id(T.REWARDS, on_wire(replay(d.settings, read_raw(d.settings)).rewards))
+    got_rows = rows_by_id(T.REWARDS, out.rows[T.REWARDS])
+    assert got_rows.keys() == truth.keys()
+    for rid, rows in got_rows.items():
+        assert all(r == truth[rid][0] for r in rows), rid
+    assert d.worker.alive
+
+
+def test_a_session_of_six_thousand_turns_is_capped_and_the_worker_runs_on(deploy: Any) -> None:
+    """12 records of 500 turns each, every record within the limits: the state stays bounded."""
+    d = deploy(**REAL_TIME, max_record_bytes=1_000_000, max_session_turns=1_000)
+    t0 = now_ms() - 60_000
+    records = [(0, *json_record(*[ev("InferenceServed", f"big-{k}-{i}", "big", t0 + k * 500 + i) for i in range(500)]))
+               for k in range(12)]
+    d.raw.send_many(records)
+    honest = opening("h1", "honest", now_ms())
+    d.raw.send_many([(0, *json_record(*honest))])
+    out = d.out.until(lambda o: sum(r["reason_code"] == "session_turn_limit" for r in o.rows[T.DEADLETTERS]) >= 5_000
+                      and sum(r["session_id"] == "big" for r in o.rows[T.VALID]) >= 1_000, 60, "the big session's records")
+    assert sum(r["session_id"] == "big" for r in out.rows[T.VALID]) == 1_000
+    assert {r["reason_code"] for r in out.rows[T.DEADLETTERS]} == {"session_turn_limit"}
+    wait_until(honest[0]["ts"] + 2_200)
+    d.raw.send_many([(0, *json_record(*closing("h1", "honest", honest[0]["ts"])))])
+    d.out.until(lambda o: len(o.finals("h1")) == 2, 30, "the honest turn beside the big session")
+    assert d.worker.alive
+
+
+def test_a_record_that_makes_the_core_raise_is_dead_lettered_and_the_worker_goes_on(
+        deploy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RF_FAULT_RAISE_ON_REQUEST", "poison")  # applying an event of this turn raises
+    d = deploy(**REAL_TIME)
+    t0 = now_ms()
+    before = opening("a1", "sa", t0)
+    poison = [ev("InferenceServed", "ok-part", "sp", t0), ev("ToolCall", "poison", "sp", t0)]
+    after = opening("b1", "sb", t0)
+    offsets = d.raw.send_many([(0, *json_record(*before)), (0, *json_record(*poison)), (0, *json_record(*after))])
+    wait_until(t0 + 2_200)
+    d.raw.send_many([(0, *json_record(*closing("a1", "sa", t0))), (0, *json_record(*closing("b1", "sb", t0)))])
+    out = d.out.until(lambda o: len(o.finals("a1")) == 2 and len(o.finals("b1")) == 2, 30, "the turns around it")
+    (letter,) = out.rows[T.DEADLETTERS]
+    assert (letter["source_offset"], letter["index"], letter["reason_code"]) == (offsets[1], -1, "processing_error")
+    assert "RuntimeError" in letter["reason"]
+    assert not [r for r in out.rows[T.VALID] if r["session_id"] == "sp"]  # nothing of the failed record stays
+    assert d.worker.alive
