@@ -92,9 +92,21 @@ class Settings(BaseSettings):
     sink_batch_rows: int = Field(50_000, ge=1)
     sink_batch_seconds: float = Field(2.0, gt=0)
 
-    # --- web / metrics --------------------------------------------------------------
-    web_host: str = Field("127.0.0.1", description="Worker web server (metrics, read queries).")
+    # --- web / metrics / read endpoint ------------------------------------------------
+    web_host: str = Field("127.0.0.1", description="Address of the read endpoint (web_port) and the worker's metrics (web_port + 1).")
     web_port: int = Field(16066, ge=1024, le=65535)
+    web_tls_certfile: Path | None = Field(None, description="PEM certificate: the read endpoint serves HTTPS.")
+    web_tls_keyfile: Path | None = Field(None, description="PEM private key of web_tls_certfile.")
+    web_insecure_public: bool = Field(False, description="Serve the read endpoint without TLS on a non-loopback web_host (only behind a TLS proxy on a trusted network).")
+    read_token: SecretStr | None = Field(None, description="Bearer token the CLI and RewardReader present to a read endpoint (default: the local token file of the chDB owner).")
+    read_max_execution_s: float = Field(120.0, gt=0, le=86_400, description="A read query is stopped after this many seconds.")
+    read_max_memory_bytes: int = Field(2 * 1024**3, ge=1024**2, description="Memory one read query may use.")
+    read_max_result_rows: int = Field(50_000_000, ge=1, description="Rows one read query may return.")
+    read_max_result_bytes: int = Field(8 * 1024**3, ge=1024, description="Bytes one read query may return.")
+    read_max_queries: int = Field(4, ge=1, le=256, description="Read queries the endpoint runs at once; more get 503 with Retry-After.")
+    read_max_connections: int = Field(256, ge=8, le=100_000, description="Connections the endpoint keeps open at once; more get 503.")
+    read_idle_timeout_s: float = Field(5.0, gt=0, le=3600, description="The endpoint closes a connection idle this long (also one that never sends a request).")
+    read_max_body_bytes: int = Field(1024**2, ge=1024, le=64 * 1024**2, description="Largest request body of the endpoint (SQL and parameters); larger gets 413.")
 
     @classmethod
     def settings_customise_sources(
@@ -115,6 +127,12 @@ class Settings(BaseSettings):
     def _coherent(self) -> Settings:
         if not self.clickhouse_dsn.get_secret_value():
             self.clickhouse_dsn = SecretStr(f"chdb://{(self.home / 'chdb').resolve()}")
+        from rewardflow.clickhouse.dsn import DsnError, parse_dsn
+
+        try:
+            parse_dsn(self.clickhouse_dsn.get_secret_value())
+        except DsnError as exc:
+            raise ValueError(f"REWARDFLOW_CLICKHOUSE_DSN: {exc}") from None
         if sorted(set(self.horizons_s)) != self.horizons_s or not self.horizons_s:
             raise ValueError("horizons_s must be a non-empty, strictly increasing list of seconds")
         if any(h <= 0 for h in self.horizons_s):
@@ -146,6 +164,14 @@ class Settings(BaseSettings):
             )
         if self.tick_key is not None and len(self.tick_key.get_secret_value()) < 16:
             raise ValueError("tick_key must be at least 16 characters (use a long random string)")
+        if (self.web_tls_certfile is None) != (self.web_tls_keyfile is None):
+            raise ValueError("REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE go together")
+        if not _is_loopback(self.web_host) and self.web_tls_certfile is None and not self.web_insecure_public:
+            raise ValueError(
+                f"web_host {self.web_host} is not a loopback address: the read endpoint would serve SQL and "
+                "bearer tokens in clear text. Set REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE, or, "
+                "behind a TLS proxy on a trusted network, REWARDFLOW_WEB_INSECURE_PUBLIC=true"
+            )
         if self.local_kafka_port == self.local_kafka_controller_port:
             raise ValueError("local_kafka_port and local_kafka_controller_port must differ")
         return self
@@ -244,6 +270,8 @@ def load_settings(**overrides: Any) -> Settings:
         lines = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            name = f"REWARDFLOW_{loc.upper()}" if loc else "settings"
-            lines.append(f"{name}: {err['msg']}")
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"REWARDFLOW_{loc.upper()}: {msg}" if loc else msg)
+        if len(lines) == 1:
+            raise SettingsError(f"invalid configuration: {lines[0]}") from None
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None

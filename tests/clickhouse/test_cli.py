@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 
 from rewardflow.cli import db, export, sql
 from rewardflow.clickhouse.describe import markdown
-from rewardflow.clickhouse.readserver import ReadServer
+from rewardflow.readapi.server import ReadServer
 from tests.clickhouse.rows import insert, reward
 from tests.conftest_clickhouse import ChDatabase
 
@@ -55,9 +55,20 @@ def test_sql_refuses_writes(env: dict[str, str], ch_db: ChDatabase, statement: s
     assert ch_db.client.command("EXISTS TABLE rewards") == 1
 
 
-def test_sql_readonly_is_enforced_by_the_server_too(env: dict[str, str]) -> None:
+def test_sql_readonly_is_enforced_by_the_server_too(env: dict[str, str], ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.connect import local_reader
+
     result = run("sql", "SELECT 1 SETTINGS readonly = 0")
-    assert result.exit_code == 2 and "Code 164" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "refused: a SETTINGS clause" in result.output and "Traceback" not in result.output
+    reader = local_reader(ch_db.dsn, ch_db.settings())  # past the guard, the connection itself refuses
+    try:
+        with pytest.raises(Exception, match="Code: 164"):
+            reader.client.command("SELECT 1 SETTINGS readonly = 0")
+        with pytest.raises(Exception, match="Code: 164"):
+            reader.client.command("DROP TABLE rewards")
+    finally:
+        reader.close()
+    assert ch_db.client.command("EXISTS TABLE rewards") == 1
 
 
 def test_a_bad_query_prints_clickhouse_error_not_a_traceback(env: dict[str, str]) -> None:
@@ -126,7 +137,7 @@ def test_other_process_reads_through_the_owner_endpoint(env: dict[str, str], ch_
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and f"owned by process {os.getpid()}" in refused.stderr
     assert "EmbeddedServer" not in refused.stderr
-    server = ReadServer(ch_db.dsn, "127.0.0.1", int(env["REWARDFLOW_WEB_PORT"])).start()
+    server = ReadServer(ch_db.dsn, ch_db.settings(), "127.0.0.1", int(env["REWARDFLOW_WEB_PORT"])).start()  # (writes the local token)
     try:
         ok = _child(env, "SELECT count() AS n FROM rewards", "--format", "json")
         assert ok.returncode == 0, ok.stderr

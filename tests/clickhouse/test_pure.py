@@ -1,18 +1,18 @@
-"""DSNs, the read-only guard, the decode stage, error cleaning, the engine probe. Pure."""
+"""DSNs, the decode stage, error cleaning, the engine owner lock. Pure (no engine)."""
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from rewardflow.clickhouse.dsn import DsnError, mask_dsn, parse_dsn
-from rewardflow.clickhouse.enginelock import probe_engine
-from rewardflow.clickhouse.errors import clean_message
+from rewardflow.clickhouse.enginelock import LOCK_FILE, claim_engine, probe_engine
+from rewardflow.clickhouse.errors import EngineBusyError, clean_message
 from rewardflow.clickhouse.process import MessageRejected, line_from_message, rows_from_message
-from rewardflow.clickhouse.readonly import ReadOnlyViolation, check_read_only
 from tests.clickhouse.rows import reward
 
 def test_dsn_forms_and_database_selection() -> None:
@@ -36,21 +36,6 @@ def test_passwords_never_shown() -> None:
     with pytest.raises(DsnError) as info:
         parse_dsn("gopher://bob:hunter2@x")
     assert "hunter2" not in str(info.value)
-
-
-@pytest.mark.parametrize("sql", ["SELECT 1", "  with x AS (SELECT 1) SELECT * FROM x;", "SHOW TABLES", "DESCRIBE rewards",
-                                 "EXPLAIN SELECT 1", "(SELECT 1) UNION ALL (SELECT 2)", "SELECT ';' AS semi",
-                                 "SELECT 'DROP TABLE x'", "/* hi */ SELECT 1 -- bye"])
-def test_reads_pass(sql: str) -> None:
-    assert check_read_only(sql)
-
-
-@pytest.mark.parametrize("sql", ["INSERT INTO t VALUES (1)", "drop table t", "ALTER TABLE t DELETE WHERE 1", "",
-                                 "SELECT 1; SELECT 2", "SYSTEM STOP MERGES", "SET readonly = 0", "KILL QUERY WHERE 1",
-                                 "SELECT * FROM t INTO OUTFILE 'x'", "GRANT ALL ON *.* TO u", "-- only a comment"])
-def test_writes_and_others_are_refused(sql: str) -> None:
-    with pytest.raises(ReadOnlyViolation, match="refused"):
-        check_read_only(sql)
 
 
 def test_rows_from_message_is_the_decoded_list() -> None:
@@ -84,21 +69,25 @@ def test_clean_message_is_one_line_without_repeats_or_version() -> None:
 
 def test_probe_engine_on_a_free_and_a_missing_directory(tmp_path: Path) -> None:
     assert probe_engine(tmp_path / "missing") is None
-    (tmp_path / "status").write_text(f"PID: {os.getpid()}\n")
-    assert probe_engine(tmp_path) is None  # a status file nobody locks: free
+    (tmp_path / LOCK_FILE).write_text("4242\n")
+    assert probe_engine(tmp_path) is None  # a lock file nobody holds: free
 
 
-def test_probe_engine_sees_a_held_lock_without_breaking_it(tmp_path: Path) -> None:
-    import fcntl
-
-    status = tmp_path / "status"
-    status.write_text("PID: 4242\nStarted at: now\n")
-    fd = os.open(status, os.O_RDWR)
+def test_the_owner_lock_keeps_every_other_process_out_without_being_broken(tmp_path: Path) -> None:
+    code = ("import sys, time; from pathlib import Path; from rewardflow.clickhouse.enginelock import claim_engine; "
+            "claim_engine(Path(sys.argv[1])); print('owned', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert child.stdout is not None and child.stdout.readline().strip() == "owned"
         owner = probe_engine(tmp_path)
-        assert owner is not None and owner.pid == 4242 and not owner.this_process
+        assert owner is not None and owner.pid == child.pid and not owner.this_process
         assert probe_engine(tmp_path) is not None  # probing twice did not release the lock
+        with pytest.raises(EngineBusyError, match=str(child.pid)):
+            claim_engine(tmp_path)
     finally:
-        os.close(fd)
+        child.kill()
+        child.wait()
     assert probe_engine(tmp_path) is None
+    claim_engine(tmp_path)  # free again: this process takes it
+    owner = probe_engine(tmp_path)
+    assert owner is not None and owner.this_process

@@ -4,12 +4,11 @@
   127.0.0.1 only (every listener, the controller quorum), and the running
   session broker is unreachable through any other local address.
 * ``web_host`` defaults to 127.0.0.1: the worker's Faust web server (metrics)
-  and the chDB owner's read endpoint (unauthenticated read SQL) bind it.
+  and the chDB owner's read endpoint bind it.
 """
 
 from __future__ import annotations
 
-import inspect
 import socket
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from rewardflow.clickhouse.dsn import parse_dsn
-from rewardflow.clickhouse.readserver import ReadServer
+from rewardflow.readapi.server import ReadServer
 from rewardflow.kafka_local.config import BrokerConfig, render_properties, server_properties
 from rewardflow.settings import Settings
 
@@ -81,7 +80,7 @@ def test_web_host_defaults_to_loopback(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.delenv("REWARDFLOW_WEB_HOST", raising=False)
     monkeypatch.delenv("REWARDFLOW_CONFIG_FILE", raising=False)
     assert Settings(home=tmp_path).web_host == LOOPBACK
-    assert inspect.signature(ReadServer).parameters["host"].default == LOOPBACK
+    assert ReadServer(parse_dsn(f"chdb://{tmp_path / 'db'}"), Settings(home=tmp_path), port=0).host == LOOPBACK
 
 
 def test_worker_web_server_binds_the_configured_loopback_host(tmp_path: Path) -> None:
@@ -92,10 +91,10 @@ def test_worker_web_server_binds_the_configured_loopback_host(tmp_path: Path) ->
 
 
 def test_read_endpoint_listens_on_loopback(tmp_path: Path) -> None:
-    server = ReadServer(parse_dsn(f"chdb://{tmp_path / 'db'}"), port=0)  # binds now, opens no engine until a query
+    server = ReadServer(parse_dsn(f"chdb://{tmp_path / 'db'}"), Settings(home=tmp_path), port=0)  # binds now
     try:
         assert server.url.startswith(f"http://{LOOPBACK}:")
-        host, port = server._httpd.server_address[:2]
+        host, port = server._sock.getsockname()[:2]
         assert host == LOOPBACK
         for address in _non_loopback_addresses():
             with pytest.raises(OSError), socket.create_connection((address, port), timeout=3):

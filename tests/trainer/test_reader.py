@@ -7,7 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rewardflow.clickhouse.readserver import ReadServer
+from rewardflow.readapi.server import ReadServer
+from rewardflow.readapi.tokens import TokenStore
 from rewardflow.clickhouse.remote import RemoteReader
 from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.trainer.reader import RewardReader
@@ -86,9 +87,11 @@ def test_settle_window_hides_rows_younger_than_it(ch_db: ChDatabase) -> None:
 
 def test_through_the_owner_endpoint_same_answer(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(30)])
-    server = ReadServer(ch_db.dsn, "127.0.0.1", free_port()).start()
+    settings = ch_db.settings()
+    server = ReadServer(ch_db.dsn, settings, "127.0.0.1", 0).start()
     try:
-        remote = RemoteReader(server.url, database=ch_db.name)
+        token = TokenStore(settings.home).create("trainer", "test", "remote")[1]
+        remote = RemoteReader(server.url, token=token, database=ch_db.name)
         reader = RewardReader(trainer="remote", settle_s=0, reader=remote)
         got = [s for b in reader for s in b.column("sample_id").to_pylist()]
         reader.commit()

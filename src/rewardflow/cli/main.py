@@ -7,6 +7,7 @@ clear line on stderr with exit code 2; tracebacks are reserved for bugs.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -27,6 +28,7 @@ _GROUPS = {
     "kafka": "Run a real local Apache Kafka broker (dev and tests).",
     "db": "ClickHouse schema: migrate and inspect.",
     "rewards": "Reward specs: list, check and replay.",
+    "tokens": "Bearer tokens of the read endpoint: create, list, revoke.",
 }
 _COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench"]
 
@@ -44,9 +46,19 @@ _mount()
 
 
 def main() -> None:
-    """Entry point: run the app and turn configuration errors into one line."""
+    """Entry point: run the app; every error reaches the user as one ``error:`` line, never a traceback
+    (``REWARDFLOW_DEBUG=1`` shows the traceback of an unexpected one)."""
     try:
         app()
     except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, the type and the message
+        if os.environ.get("REWARDFLOW_DEBUG", "") not in ("", "0"):
+            raise
+        message = " ".join(str(exc).split())[:500] or "(no message)"
+        typer.echo(f"error: {type(exc).__name__}: {message} (REWARDFLOW_DEBUG=1 shows where)", err=True)
+        sys.exit(1)

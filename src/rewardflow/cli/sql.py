@@ -1,9 +1,11 @@
 """``rewardflow sql "SELECT …"``: read-only analyst SQL against the reward tables.
 
-Writes (INSERT, ALTER, DROP, CREATE, TRUNCATE, …) are refused before they
-reach ClickHouse, and every query runs on a ``readonly = 1`` connection.
-Works while the pipeline runs: with chDB, a busy directory is read through
-its owner's endpoint. Exit codes: 0 done; 2 refused, bad query or database
+Anything but one read statement (writes, ``INTO OUTFILE``, table functions that
+reach files, URLs or other servers, ``SETTINGS``) is refused by ClickHouse's own
+parser before it runs, and every query runs on a ``readonly = 1`` connection with
+the read limits. Works while the pipeline runs: with chDB, a busy directory is
+read through its owner's endpoint (with ``REWARDFLOW_READ_TOKEN``, or the owner's
+local token file). Exit codes: 0 done; 2 refused, bad query or database
 unavailable, always one ``error:`` line on stderr (ClickHouse's own message
 for a bad query), never a traceback.
 """
@@ -19,7 +21,7 @@ from rich.console import Console
 
 from rewardflow.clickhouse.connect import open_reader
 from rewardflow.clickhouse.errors import ClickHouseError, clean_message, is_driver_error
-from rewardflow.clickhouse.readonly import ReadOnlyViolation, check_read_only
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
 from rewardflow.clickhouse.render import write_csv, write_json, write_table
 from rewardflow.settings import load_settings
 
@@ -41,10 +43,6 @@ def command(
     database: Annotated[str | None, typer.Option("--database", help="Database (default: the DSN's).")] = None,
 ) -> None:
     """Run one read-only SQL statement and print the result."""
-    try:
-        statement = check_read_only(query)
-    except ReadOnlyViolation as exc:
-        raise _fail(str(exc)) from None
     settings = load_settings()
     try:
         reader = open_reader(settings, database=database)
@@ -55,7 +53,7 @@ def command(
             raise
         raise _fail(f"cannot connect to ClickHouse: {clean_message(exc)}") from None
     try:
-        table = reader.query_arrow(statement)
+        table = reader.query_arrow(query)
     except (ClickHouseError, ReadOnlyViolation) as exc:
         raise _fail(str(exc)) from None
     finally:

@@ -25,10 +25,10 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.dsn import Dsn, parse_dsn
-from rewardflow.clickhouse.enginelock import probe_engine
+from rewardflow.clickhouse.enginelock import claim_engine, probe_engine
 from rewardflow.clickhouse.errors import ClickHouseError, EngineBusyError, ReaderUnavailable
 from rewardflow.clickhouse.readers import LocalReader, Reader
-from rewardflow.clickhouse.readonly import READONLY_SETTINGS
+from rewardflow.clickhouse.readonly import read_settings
 from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
 from rewardflow.settings import Settings
 
@@ -53,12 +53,7 @@ def get_client(*, dsn: str | Dsn, database: str | None = None, settings: dict[st
     target = as_dsn(dsn).with_database(database)
     if target.embedded:
         assert target.path is not None
-        owner = probe_engine(target.path)
-        if owner is not None and not owner.this_process:
-            raise EngineBusyError(
-                f"chDB directory {target.path} is open in process {owner.pid or '?'} (one process per directory)"
-            )
-        target.path.mkdir(parents=True, exist_ok=True)
+        claim_engine(target.path)  # raises EngineBusyError when another process owns it
         try:
             return clickhouse_connect.get_client(dsn=f"chdb://{target.path}", database=target.database, settings=settings)
         except Exception as exc:
@@ -78,13 +73,14 @@ _CHDB_READ_SETTINGS: dict[str, Any] = {
 }
 
 
-def local_reader(dsn: Dsn) -> LocalReader:
-    """A reader on a ``readonly = 1`` connection in this process (cursor commits use another).
+def local_reader(dsn: Dsn, limits: Settings) -> LocalReader:
+    """A reader on a ``readonly = 1`` connection with the read limits of ``limits``, in this process
+    (cursor commits use another connection).
 
     On chDB, Arrow streams go through a second handle of the same engine with the same
     settings (:class:`~.chdbarrow.ChdbArrowStream`): the driver would materialise them whole.
     """
-    settings = {**(_CHDB_READ_SETTINGS if dsn.embedded else {}), **READONLY_SETTINGS}
+    settings = {**(_CHDB_READ_SETTINGS if dsn.embedded else {}), **read_settings(limits)}
     client = get_client(dsn=dsn, settings=settings)
     stream = None
     if dsn.embedded:
@@ -96,9 +92,22 @@ def local_reader(dsn: Dsn) -> LocalReader:
 
 
 def endpoint_url(settings: Settings) -> str:
-    """The owner's read endpoint base URL, from ``web_host`` / ``web_port``."""
+    """The owner's read endpoint base URL, from ``web_host`` / ``web_port`` (https with a certificate)."""
     host = settings.web_host if ":" not in settings.web_host else f"[{settings.web_host}]"
-    return f"http://{host}:{settings.web_port}"
+    if host in ("0.0.0.0", "[::]"):  # a wildcard bind is reached on loopback from this machine
+        host = "127.0.0.1"
+    scheme = "https" if settings.web_tls_certfile is not None else "http"
+    return f"{scheme}://{host}:{settings.web_port}"
+
+
+def client_token(settings: Settings) -> str | None:
+    """The bearer token this process presents: ``read_token``, else the owner's local token file
+    (readable only by the user the owner runs as), else None."""
+    if settings.read_token is not None:
+        return settings.read_token.get_secret_value()
+    from rewardflow.readapi.tokens import read_local_token
+
+    return read_local_token(settings.home)
 
 
 def open_reader(
@@ -111,17 +120,18 @@ def open_reader(
     """
     target = as_dsn(dsn or settings.dsn).with_database(database)
     if not target.embedded:
-        return local_reader(target)
+        return local_reader(target, settings)
     assert target.path is not None
     owner = probe_engine(target.path)
     if owner is None or owner.this_process:
         try:
-            return local_reader(target)
+            return local_reader(target, settings)
         except EngineBusyError:
             pass  # lost a race with a starting owner: fall through to its endpoint
     url = endpoint_url(settings)
-    if endpoint_alive(url, timeout=probe_timeout):
-        return RemoteReader(url, database=target.database)
+    if endpoint_alive(url, timeout=probe_timeout, tls=settings.web_tls_certfile is not None):
+        return RemoteReader(url, token=client_token(settings), database=target.database,
+                            cafile=settings.web_tls_certfile)
     pid = owner.pid if owner is not None and owner.pid else "another process"
     raise ReaderUnavailable(
         f"chDB directory {target.path} is owned by process {pid} and its read endpoint {url} does not answer; "

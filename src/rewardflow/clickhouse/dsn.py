@@ -97,8 +97,16 @@ def parse_dsn(dsn: str) -> Dsn:
         database = dict(parse_qsl(parts.query)).get("database") or None
         return Dsn("chdb", database, Path(parts.path), dsn)
     if scheme in ("http", "https"):
-        if not parts.hostname:
+        try:
+            host, _ = parts.hostname, parts.port
+        except ValueError as exc:
+            raise DsnError(f"malformed ClickHouse DSN: {exc}; {_FORMS}") from None
+        if not host:
             raise DsnError(f"ClickHouse DSN has no host: {mask_dsn(dsn)!r}; {_FORMS}")
+        named = {k.lower() for k, _ in parse_qsl(parts.query)} & {"password", "user", "username"}
+        if named:
+            raise DsnError(f"put the credentials in the DSN's user:password@ part, not in ?{sorted(named)[0]}= "
+                           f"({mask_dsn(dsn)!r}); {_FORMS}")
         database = parts.path.strip("/") or None
         return Dsn(scheme, database, None, dsn)
     raise DsnError(f"unsupported ClickHouse DSN scheme {parts.scheme!r}; {_FORMS}")

@@ -1,15 +1,17 @@
-"""Who owns a chDB directory? Answered without touching the engine.
+"""Who owns a chDB directory? rewardflow's own owner lock, answered without touching the engine.
 
-chDB allows one process per data directory. The engine holds an exclusive
-``flock`` on ``<path>/status`` (which also records its PID) while it is open.
-Opening the engine from a second process fails with the cryptic
-``Error initializing EmbeddedServer`` and leaves that process's engine
-unusable, so readers call :func:`probe_engine` first.
+chDB allows one process per data directory, and the installed chdb writes no
+lock or status file of its own: a second process that opens the engine fails
+with ``Error initializing EmbeddedServer`` at best. So the process that opens
+the engine first takes an exclusive ``flock`` on ``<path>/rewardflow-owner.lock``
+(:func:`claim_engine`, with its PID written in the file) and keeps it until it
+exits, as chDB keeps the engine. Every other process asks :func:`probe_engine`
+first and reads through the owner's endpoint instead.
 
-Contract: never blocks, never opens the engine, never removes a lock held by
-anyone (it only takes and drops its own shared ``flock`` on a fresh file
-descriptor; ``flock`` locks belong to the open file, so this cannot release
-the owner's lock even inside the owning process).
+Contract: neither function blocks. :func:`probe_engine` never opens the engine
+and never takes or drops a lock anyone else holds (it takes and drops a shared
+``flock`` of its own on a fresh descriptor). :func:`claim_engine` raises
+:class:`~.errors.EngineBusyError` when another process holds the lock.
 """
 
 from __future__ import annotations
@@ -17,26 +19,51 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_PID = re.compile(r"^PID:\s*(\d+)", re.MULTILINE)
+from rewardflow.clickhouse.errors import EngineBusyError
+
+LOCK_FILE = "rewardflow-owner.lock"
+_held: dict[Path, int] = {}  # directories this process owns -> the descriptor holding the lock
 
 
 @dataclass(frozen=True)
 class EngineOwner:
-    """The process that has the chDB directory open. ``pid`` is None if the status file has none."""
+    """The process that has the chDB directory open. ``pid`` is None if the lock file has none."""
 
     pid: int | None
     this_process: bool
 
 
-def probe_engine(path: Path) -> EngineOwner | None:
-    """Return the owner of the chDB engine at ``path``, or None when nobody has it open."""
-    status = path / "status"
+def claim_engine(path: Path) -> None:
+    """Make this process the owner of the chDB directory ``path`` (idempotent)."""
+    path = path.resolve()
+    if path in _held:
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fd = os.open(status, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        owner = probe_engine(path)
+        pid = owner.pid if owner is not None else None
+        raise EngineBusyError(f"chDB directory {path} is open in process {pid or '?'} (one process per directory)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[path] = fd
+
+
+def probe_engine(path: Path) -> EngineOwner | None:
+    """Return the owner of the chDB directory ``path``, or None when nobody has it open."""
+    path = path.resolve()
+    if path in _held:
+        return EngineOwner(os.getpid(), True)
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
@@ -45,9 +72,8 @@ def probe_engine(path: Path) -> EngineOwner | None:
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
-            match = _PID.search(text)
-            pid = int(match.group(1)) if match else None
+            text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            pid = int(text) if text.isdigit() else None
             return EngineOwner(pid, pid == os.getpid())
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None

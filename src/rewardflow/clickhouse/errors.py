@@ -23,6 +23,10 @@ class ReaderUnavailable(ClickHouseError):
     """No way to read: the chDB path is owned elsewhere and its owner's read endpoint does not answer."""
 
 
+class AccessDenied(ClickHouseError):
+    """The read endpoint refused the token (missing, unknown, revoked) or its role may not do this."""
+
+
 class ClickHouseUnavailable(ClickHouseError):
     """ClickHouse cannot take writes right now (down, unreachable, overloaded); retry later."""
 

@@ -1,16 +1,20 @@
 """The :class:`Reader` interface of every read path, and its in-process implementation.
 
-A reader runs read-only SQL and returns Arrow: every statement passes
-:func:`~.readonly.check_read_only`, and the connection itself is opened with
-``readonly = 1`` (set once on the session, so the server refuses any write
-and any attempt to lift it). It can also advance a trainer cursor, the one
-narrow write a reader is allowed, through a second, ordinary connection. Implementations: :class:`LocalReader` (a clickhouse-connect
-client in this process) and :class:`~.remote.RemoteReader` (the chDB owner's
-endpoint). Readers are not thread-safe; use one per thread.
+A reader runs read-only SQL and returns Arrow: every statement passes the
+parser-based :class:`~.sqlguard.SqlGuard` of the engine that runs it, and the
+connection itself is opened with ``readonly = 1`` and the read limits (set once
+on the session, so the engine refuses any write and any attempt to lift them).
+It can also advance a trainer cursor, the one narrow write a reader is allowed,
+through a second, ordinary connection; the cursor must move forward, stay within
+the rewards table's range (at most the ``_seq`` of now), and its fields are
+bounded. Implementations: :class:`LocalReader` (a clickhouse-connect client in
+this process) and :class:`~.remote.RemoteReader` (the chDB owner's endpoint).
+Readers are not thread-safe; use one per thread.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,13 +22,20 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.errors import QueryError, clean_message, error_code, is_driver_error
-from rewardflow.clickhouse.readonly import check_read_only
+from rewardflow.clickhouse.sqlguard import SqlGuard
 
 if TYPE_CHECKING:
     from rewardflow.clickhouse.chdbarrow import ChdbArrowStream
 
 CURSOR_INSERT = "trainer_cursors"
 CURSOR_COLUMNS = ("trainer", "cursor", "rows", "filters")
+MAX_FILTERS_CHARS = 4_096
+_NOT_STREAMABLE = 36  # chDB streams SELECTs only (SHOW, DESCRIBE, EXISTS, EXPLAIN come whole; they are small)
+TRAINER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class CursorError(ValueError):
+    """A cursor commit that would move a cursor back, past the table, or carries oversized fields."""
 
 
 class Reader(Protocol):
@@ -41,7 +52,8 @@ class Reader(Protocol):
         ...
 
     def advance_cursor(self, trainer: str, cursor: int, rows: int, filters: str) -> None:
-        """Record ``cursor`` as trainer's position (a row of trainer_cursors); blocks until stored."""
+        """Record ``cursor`` as trainer's position (a row of trainer_cursors); blocks until stored.
+        Raises :class:`CursorError` for a cursor that moves back or past the table, or bad fields."""
         ...
 
     def close(self) -> None:
@@ -75,9 +87,20 @@ class LocalReader:
         self._open_writer = writer
         self._writer: Client | None = None
         self._arrow_stream = arrow_stream
+        self.guard = SqlGuard(self._rows)
+
+    def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        try:
+            return [tuple(row) for row in self.client.query(sql, parameters=dict(parameters)).result_rows]
+        except Exception as exc:
+            if is_driver_error(exc):
+                raise run_query_error(exc) from None
+            raise
 
     def query_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pa.Table:
-        statement = check_read_only(sql)
+        statement = self.guard.check(sql, parameters)
+        if statement.startswith("EXPLAIN"):
+            return self._explained(statement, parameters)
         try:
             table: pa.Table = self.client.query_arrow(statement, parameters=dict(parameters or {}))
         except Exception as exc:
@@ -87,9 +110,17 @@ class LocalReader:
         return table
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
-        statement = check_read_only(sql)
+        statement = self.guard.check(sql, parameters)
+        if statement.startswith("EXPLAIN"):
+            yield from self._explained(statement, parameters).to_batches()
+            return
         if self._arrow_stream is not None:
-            yield from self._arrow_stream.stream(statement, parameters)
+            try:
+                yield from self._arrow_stream.stream(statement, parameters)
+            except QueryError as exc:
+                if exc.code != _NOT_STREAMABLE:
+                    raise
+                yield from self.client.query_arrow(statement, parameters=dict(parameters or {})).to_batches()
             return
         try:
             with self.client.query_arrow_stream(statement, parameters=dict(parameters or {})) as stream:
@@ -99,7 +130,29 @@ class LocalReader:
                 raise run_query_error(exc) from None
             raise
 
+    def _explained(self, statement: str, parameters: Mapping[str, Any] | None) -> pa.Table:
+        """An ``EXPLAIN`` result as Arrow (the engine writes EXPLAIN output as text rows, not in Arrow)."""
+        try:
+            result = self.client.query(statement, parameters=dict(parameters or {}))
+        except Exception as exc:
+            if is_driver_error(exc):
+                raise run_query_error(exc) from None
+            raise
+        names = list(result.column_names)
+        return pa.table({n: [str(row[i]) for row in result.result_rows] for i, n in enumerate(names)})
+
     def advance_cursor(self, trainer: str, cursor: int, rows: int, filters: str) -> None:
+        if not TRAINER_NAME.match(trainer):
+            raise CursorError("trainer: letters, digits and . _ : - only, at most 128 characters")
+        if not 0 <= rows < 2**63 or len(filters) > MAX_FILTERS_CHARS:
+            raise CursorError(f"rows must be 0..2^63-1 and filters at most {MAX_FILTERS_CHARS} characters")
+        ((current, count, now),) = self._rows(
+            "SELECT argMax(cursor, _seq), count(), dateTime64ToSnowflakeID(now64(3)) FROM trainer_cursors "
+            "WHERE trainer = {t:String}", {"t": trainer})
+        if not 0 <= cursor <= int(now):
+            raise CursorError(f"cursor {cursor} is beyond the rewards table (the _seq of now is {now})")
+        if count and cursor < int(current):
+            raise CursorError(f"cursor {cursor} would move {trainer}'s cursor back from {current}")
         if self._writer is None:
             if self._open_writer is None:
                 raise RuntimeError("this reader cannot commit cursors (no writer connection)")

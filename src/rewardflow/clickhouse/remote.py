@@ -1,13 +1,18 @@
 """A :class:`~.readers.Reader` that reads through the chDB owner's HTTP endpoint.
 
-Wire protocol (served by :class:`~.readserver.ReadServer`, loopback only):
+Wire protocol (served by :mod:`rewardflow.readapi`):
 
-* ``GET /health`` -> ``{"service": "rewardflow-read", "pid": N}``
+* ``GET /health`` -> ``{"service": "rewardflow-read", "pid": N}`` (no token needed)
 * ``POST /query`` ``{"sql", "parameters", "database"}`` (JSON; or the bare SQL
-  as a non-JSON body, e.g. ``curl -d 'SELECT 1' host:port/query``) -> an Arrow IPC
-  *stream* (``application/vnd.apache.arrow.stream``); 403 + message when the
-  statement is not read-only, 400 + ClickHouse's message when it fails.
+  as a non-JSON body, e.g. ``curl -H "Authorization: Bearer $T" -d 'SELECT 1' host:port/query``)
+  -> an Arrow IPC *stream* (``application/vnd.apache.arrow.stream``).
 * ``POST /cursor`` ``{"trainer", "cursor", "rows", "filters", "database"}`` -> 204.
+
+Every request but ``/health`` carries ``Authorization: Bearer <token>``
+(:mod:`rewardflow.readapi.tokens`). Statuses: 401 no or bad token; 403 a
+statement that is not a read (body ``refused: …``) or a role that may not do
+this; 400 ClickHouse's message or a bad cursor; 413 a body over the limit; 503
+with ``Retry-After`` when the endpoint runs as many queries as it may.
 
 Blocking: every call is synchronous HTTP with ``timeout`` seconds per socket
 operation; a refused connection raises :class:`~.errors.ReaderUnavailable`.
@@ -16,57 +21,75 @@ operation; a refused connection raises :class:`~.errors.ReaderUnavailable`.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
 
-from rewardflow.clickhouse.errors import QueryError, ReaderUnavailable
-from rewardflow.clickhouse.readonly import ReadOnlyViolation, check_read_only
+from rewardflow.clickhouse.errors import AccessDenied, QueryError, ReaderUnavailable
+from rewardflow.clickhouse.readers import CursorError
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
 
 SERVICE = "rewardflow-read"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
 
-def endpoint_alive(url: str, timeout: float = 2.0) -> bool:
+def _context(url: str, cafile: Path | None) -> ssl.SSLContext | None:
+    return ssl.create_default_context(cafile=str(cafile) if cafile else None) if url.startswith("https:") else None
+
+
+def endpoint_alive(url: str, timeout: float = 2.0, tls: bool = False, cafile: Path | None = None) -> bool:
     """True if a rewardflow read endpoint answers ``GET /health`` at ``url`` within ``timeout``."""
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout, context=_context(url, cafile)) as resp:
             return bool(json.loads(resp.read()).get("service") == SERVICE)
     except (OSError, ValueError):
         return False
 
 
 class RemoteReader:
-    """Reads through the owner's endpoint at ``url`` (``http://host:port``)."""
+    """Reads through the owner's endpoint at ``url`` (``http(s)://host:port``) with a bearer ``token``."""
 
-    def __init__(self, url: str, *, database: str | None = None, timeout: float = 300.0) -> None:
+    def __init__(self, url: str, *, token: str | None, database: str | None = None, timeout: float = 300.0,
+                 cafile: Path | None = None) -> None:
         self.url = url
+        self.token = token
         self.database = database
         self.timeout = timeout
         self.description = f"{url} (read endpoint of the chDB owner)"
+        self._ssl = _context(url, cafile)
 
     def _post(self, path: str, body: Mapping[str, Any]) -> IO[bytes]:
         data = json.dumps({**body, "database": self.database}).encode()
-        req = urllib.request.Request(
-            f"{self.url}{path}", data=data, method="POST", headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST", headers=headers)
         try:
-            resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout)
+            resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
             return resp
         except urllib.error.HTTPError as exc:
-            message = exc.read().decode("utf-8", "replace").strip() or exc.reason
-            if exc.code == 403:
+            message = exc.read().decode("utf-8", "replace").strip() or str(exc.reason)
+            if exc.code == 401:
+                raise AccessDenied(f"the read endpoint {self.url} refused the token: {message}") from None
+            if exc.code == 403 and message.startswith("refused"):
                 raise ReadOnlyViolation(message) from None
+            if exc.code == 403:
+                raise AccessDenied(message) from None
+            if exc.code == 400 and path == "/cursor":
+                raise CursorError(message) from None
+            if exc.code == 503:
+                raise ReaderUnavailable(f"the read endpoint {self.url} is busy ({message}); retry") from None
             raise QueryError(message) from None
         except OSError as exc:
             raise ReaderUnavailable(f"read endpoint {self.url} unreachable: {exc}") from None
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
-        statement = check_read_only(sql)
-        with self._post("/query", {"sql": statement, "parameters": dict(parameters or {})}) as resp:
+        with self._post("/query", {"sql": sql, "parameters": dict(parameters or {})}) as resp:
             try:
                 reader = pa.ipc.open_stream(resp)
             except pa.ArrowInvalid:
@@ -74,8 +97,7 @@ class RemoteReader:
             yield from reader
 
     def query_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pa.Table:
-        statement = check_read_only(sql)
-        with self._post("/query", {"sql": statement, "parameters": dict(parameters or {})}) as resp:
+        with self._post("/query", {"sql": sql, "parameters": dict(parameters or {})}) as resp:
             return pa.ipc.open_stream(resp).read_all()
 
     def advance_cursor(self, trainer: str, cursor: int, rows: int, filters: str) -> None:

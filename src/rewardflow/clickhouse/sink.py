@@ -54,7 +54,6 @@ from rewardflow.clickhouse.enginelock import probe_engine
 from rewardflow.clickhouse.errors import EngineBusyError
 from rewardflow.clickhouse.metrics import SinkMetrics
 from rewardflow.clickhouse.process import MessageRejected, line_from_message
-from rewardflow.clickhouse.readserver import ReadServer
 from rewardflow.clickhouse.sinkflush import Flusher
 from rewardflow.clickhouse.sinkconfig import consumer_config, resolve_topics, topic_ids
 from rewardflow.clickhouse.writer import Fault
@@ -103,13 +102,15 @@ class RewardSink:
         self._closed = False
         self._consumer = Consumer(config)
         self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        self._server: ReadServer | None = None
+        self._server: Any = None
         if serve_reads if serve_reads is not None else self.dsn.embedded:
             self._start_server()
 
     def _start_server(self) -> None:
         try:
-            self._server = ReadServer(self.dsn, self.settings.web_host, self.settings.web_port).start()
+            from rewardflow.readapi.server import ReadServer
+
+            self._server = ReadServer(self.dsn, self.settings).start()
         except OSError as exc:
             log.error("read endpoint not started on %s:%s: %s", self.settings.web_host, self.settings.web_port, exc)
 

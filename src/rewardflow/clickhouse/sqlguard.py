@@ -1,0 +1,108 @@
+"""The read-only guard of every read path, built on ClickHouse's own parser.
+
+A statement is accepted when the engine that will run it says it is:
+
+1. ``formatQuery`` parses it and prints it back canonically: one statement
+   (multi-statements are a syntax error), comments dropped, every string literal
+   in one quoting style. Nothing the parser does not see (a comment, a heredoc,
+   a string) can hide a keyword from the checks below, and the canonical text
+   is what runs.
+2. ``INTO OUTFILE`` outside string literals of the canonical text is refused: it
+   makes the engine write a file (chDB does so in-process, whatever ``readonly``);
+   so is a ``SETTINGS`` clause (limits are fixed by the reader, and ``EXPLAIN``
+   would already apply it).
+3. ``EXPLAIN AST`` of the canonical text gives the tree: its root must be a read
+   (``SELECT``, ``WITH``, ``SHOW``, ``DESCRIBE``, ``EXPLAIN``, ``EXISTS``), no
+   node may be a ``SETTINGS`` clause, and no function may be a table function outside :data:`TABLE_FUNCTIONS`, wherever it
+   stands (``file``, ``url``, ``remote``, ``s3``, ``executable``, ``python`` … reach
+   files, URLs, processes or other servers).
+
+Every statement also runs on a connection with ``readonly = 1`` and the read
+limits (:func:`~.readonly.read_settings`), which the engine enforces.
+
+Contract: :meth:`SqlGuard.check` returns the canonical statement or raises
+:class:`~.readonly.ReadOnlyViolation` (``refused: …``, naming what was refused);
+any other error of ``run`` propagates (a statement the engine cannot explain
+with its parameters, say). It runs two small queries on the engine; blocking as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rewardflow.clickhouse.errors import clean_message, error_code
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
+
+Run = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
+"""Runs one statement with parameters on the engine and returns its rows."""
+
+TABLE_FUNCTIONS = frozenset({
+    "numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries", "generaterandom",
+    "values", "view", "null", "merge", "primes",
+})
+"""Table functions a read may use (lower case): they read nothing outside the database."""
+
+READ_ROOTS = ("SelectWithUnionQuery", "SelectIntersectExceptQuery", "Show", "Exists", "Describe", "Explain")
+_LITERALS = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"", re.DOTALL)
+_OUTFILE = re.compile(r"\bINTO\s+OUTFILE\b", re.IGNORECASE)
+_SETTINGS = re.compile(r"\bSETTINGS\b")  # formatQuery writes keywords in capitals
+_SYNTAX_ERROR = 62  # (what EXPLAIN AST says of a statement that is no query, such as SYSTEM)
+_NODE = re.compile(r"^\s*(\S+)(?:\s+(\S+))?")
+
+
+class SqlGuard:
+    """The guard of one engine (see the module doc). Not thread-safe; one per connection."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._table_functions: frozenset[str] | None = None
+
+    def check(self, sql: str, parameters: Mapping[str, Any] | None = None) -> str:
+        """The canonical form of ``sql`` if it is one read statement; else raise (module doc)."""
+        params = dict(parameters or {})
+        try:
+            canonical = str(self._run("SELECT formatQuery({q:String})", {"q": sql})[0][0])
+        except Exception as exc:  # noqa: BLE001 - the parser's refusal, whatever the driver wraps it in
+            raise ReadOnlyViolation(f"refused: not one statement ClickHouse can parse: {_first_line(exc)}") from None
+        bare = _LITERALS.sub("''", canonical)
+        if _OUTFILE.search(bare):
+            raise ReadOnlyViolation("refused: INTO OUTFILE writes a file; reads only")
+        if _SETTINGS.search(bare):  # (EXPLAIN would apply them, so before it)
+            raise ReadOnlyViolation("refused: a SETTINGS clause; the reader's settings and limits are fixed")
+        try:
+            tree = [str(row[0]) for row in self._run("EXPLAIN AST " + canonical, params)]
+        except Exception as exc:
+            if error_code(exc) != _SYNTAX_ERROR:
+                raise
+            raise ReadOnlyViolation(f"refused: not a read statement ({clean_message(exc)[:300]})") from None
+        root = _NODE.match(tree[0]) if tree else None
+        if root is None or not root.group(1).startswith(READ_ROOTS):
+            kind = root.group(1) if root else "an empty statement"
+            raise ReadOnlyViolation(f"refused: {kind} is not a read; only SELECT, WITH, SHOW, DESCRIBE, "
+                                    "EXPLAIN and EXISTS are allowed")
+        banned = self.table_functions() - TABLE_FUNCTIONS
+        for line in tree[1:]:
+            node = _NODE.match(line)
+            if node is None:
+                continue
+            if node.group(1) == "Set":
+                raise ReadOnlyViolation("refused: a SETTINGS clause; the reader's settings and limits are fixed")
+            if node.group(1) == "Function" and (node.group(2) or "").lower() in banned:
+                raise ReadOnlyViolation(f"refused: the function {node.group(2)} reaches outside the database "
+                                        f"(allowed table functions: {', '.join(sorted(TABLE_FUNCTIONS))})")
+        return canonical
+
+    def table_functions(self) -> frozenset[str]:
+        """The engine's table functions, lower case (asked once)."""
+        if self._table_functions is None:
+            rows = self._run("SELECT name FROM system.table_functions", {})
+            self._table_functions = frozenset(str(r[0]).lower() for r in rows) | {"file", "url", "remote", "s3"}
+        return self._table_functions
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line.split(": In scope", 1)[0][:300]

@@ -1,0 +1,270 @@
+"""The read endpoint's routes: authenticated, read-only, bounded (protocol: :mod:`rewardflow.clickhouse.remote`).
+
+* Every route but ``/health`` needs a bearer token (:mod:`.tokens`); ``/cursor``
+  moves only the cursors the token's role allows.
+* A body over ``read_max_body_bytes`` is refused (413) before it is read whole.
+* At most ``read_max_queries`` queries run at once, each in a thread of its own
+  that streams Arrow IPC through a small bounded queue; one more gets 503 with
+  ``Retry-After``. A client that goes away stops its query at the next batch, and
+  the engine stops any query at ``read_max_execution_s``.
+* Statements pass the engine's :class:`~rewardflow.clickhouse.sqlguard.SqlGuard`
+  and run with the read limits (:func:`~rewardflow.clickhouse.readonly.read_settings`).
+
+Contract: :func:`create_app` builds the ASGI app over a :class:`ReadService`; the
+routes never raise to the server (every failure is a status with a one-line body).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from rewardflow.clickhouse.connect import local_reader
+from rewardflow.clickhouse.ddl import quote_ident
+from rewardflow.clickhouse.dsn import Dsn
+from rewardflow.clickhouse.errors import QueryError
+from rewardflow.clickhouse.readers import CursorError, LocalReader
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
+from rewardflow.clickhouse.remote import ARROW_STREAM, SERVICE
+from rewardflow.readapi.tokens import Grant, TokenStore
+from rewardflow.settings import Settings
+
+_MAX_PARAMETERS = 256
+_END = object()
+
+
+class ReadService:
+    """What the routes share: the engine's readers (a pool per database), the token store, the query slots."""
+
+    def __init__(self, dsn: Dsn, settings: Settings) -> None:
+        self.dsn, self.settings = dsn, settings
+        self.tokens = TokenStore(settings.home)
+        self.slots = threading.BoundedSemaphore(settings.read_max_queries)
+        self._pools: dict[str | None, list[LocalReader]] = {}
+        self._lock = threading.Lock()
+
+    def borrow(self, database: str | None) -> LocalReader:
+        """A reader of ``database`` no other request uses now (blocking: may open a connection)."""
+        if database is not None:
+            quote_ident(database)  # refuse anything but a plain name
+        with self._lock:
+            pool = self._pools.setdefault(database, [])
+            if pool:
+                return pool.pop()
+        return local_reader(self.dsn.with_database(database), self.settings)
+
+    def give_back(self, database: str | None, reader: LocalReader) -> None:
+        with self._lock:
+            self._pools.setdefault(database, []).append(reader)
+
+    def close(self) -> None:
+        with self._lock:
+            for pool in self._pools.values():
+                for reader in pool:
+                    reader.close()
+            self._pools.clear()
+
+
+class _Chunks(io.RawIOBase):
+    """A write-only file that keeps what Arrow's stream writer writes, taken out by :meth:`take`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+def create_app(service: ReadService) -> FastAPI:
+    app = FastAPI(title="rewardflow read endpoint", version="1", docs_url=None, redoc_url=None, openapi_url=None)
+    limit = service.settings.read_max_body_bytes
+
+    @app.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"service": SERVICE, "pid": os.getpid()})
+
+    @app.post("/query")
+    async def query(request: Request) -> Response:
+        grant, body = _authorized(service, request), await _body(request, limit)
+        if isinstance(grant, Response):
+            return grant
+        if isinstance(body, Response):
+            return body
+        try:
+            sql, parameters, database = _query_of(body, request.headers.get("content-type", ""))
+        except ValueError as exc:
+            return PlainTextResponse(str(exc), 400)
+        if not service.slots.acquire(blocking=False):
+            return PlainTextResponse(f"{service.settings.read_max_queries} queries are running; retry",
+                                     503, headers={"Retry-After": "1"})
+        chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
+        stop = threading.Event()
+        threading.Thread(target=_run_query, args=(service, database, sql, parameters, chunks, stop),
+                         name="rewardflow-read-query", daemon=True).start()
+        first = await run_in_threadpool(chunks.get)
+        if isinstance(first, Response):
+            return first
+        return StreamingResponse(_drain(first, chunks, stop), media_type=ARROW_STREAM)
+
+    @app.post("/cursor")
+    async def cursor(request: Request) -> Response:
+        grant, body = _authorized(service, request), await _body(request, limit)
+        if isinstance(grant, Response):
+            return grant
+        if isinstance(body, Response):
+            return body
+        try:
+            doc = orjson.loads(body)
+            trainer, position, rows, filters = str(doc["trainer"]), int(doc["cursor"]), int(doc["rows"]), str(doc["filters"])
+            database = doc.get("database")
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return PlainTextResponse(f"the body must be {{trainer, cursor, rows, filters}}: {exc}"[:300], 400)
+        if not grant.may_move(trainer):
+            return PlainTextResponse(f"forbidden: this token may not move the cursor of {trainer[:128]!r}", 403)
+        try:
+            await run_in_threadpool(_advance, service, database, trainer, position, rows, filters)
+        except (CursorError, ValueError) as exc:
+            return PlainTextResponse(str(exc), 400)
+        except QueryError as exc:
+            return PlainTextResponse(str(exc), 400)
+        return Response(status_code=204)
+
+    return app
+
+
+def _authorized(service: ReadService, request: Request) -> Grant | Response:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    grant = service.tokens.verify(token.strip()) if scheme.lower() == "bearer" else None
+    if grant is None:
+        why = "a bearer token is required" if not header else "the token is unknown or revoked"
+        return PlainTextResponse(f"unauthorized: {why} (rewardflow tokens create)", 401,
+                                 headers={"WWW-Authenticate": "Bearer"})
+    return grant
+
+
+async def _body(request: Request, limit: int) -> bytes | Response:
+    """The request body, or 413 as soon as it is known to exceed ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return PlainTextResponse(f"body of {declared} bytes exceeds the limit of {limit} (REWARDFLOW_READ_MAX_BODY_BYTES)", 413)
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return PlainTextResponse(f"body exceeds the limit of {limit} bytes (REWARDFLOW_READ_MAX_BODY_BYTES)", 413)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _query_of(body: bytes, content_type: str) -> tuple[str, dict[str, Any], str | None]:
+    if not content_type.startswith("application/json"):
+        return body.decode("utf-8", "replace"), {}, None  # curl -d 'SELECT 1'
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON body: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("sql"), str):
+        raise ValueError('the body must be {"sql": "...", "parameters": {...}, "database": "..."}')
+    parameters = doc.get("parameters") or {}
+    if not isinstance(parameters, dict) or len(parameters) > _MAX_PARAMETERS:
+        raise ValueError(f"parameters must be an object of at most {_MAX_PARAMETERS} names")
+    database = doc.get("database")
+    if database is not None and not isinstance(database, str):
+        raise ValueError("database must be a name")
+    return doc["sql"], parameters, database
+
+
+def _run_query(service: ReadService, database: str | None, sql: str, parameters: dict[str, Any],
+               chunks: queue.Queue[Any], stop: threading.Event) -> None:
+    """One query, in its own thread: the first item put is a Response (failed) or bytes, then bytes, then _END.
+    A consumer that takes nothing for longer than the query may run stops it (a client gone unnoticed)."""
+    deadline = time.monotonic() + service.settings.read_max_execution_s + 30
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                chunks.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    stop.set()
+        return False
+
+    reader, clean = None, False  # a reader whose stream failed or was cut off is closed, not reused
+    try:
+        reader = service.borrow(database)
+        batches = reader.stream_arrow(sql, parameters)
+        first = next(batches, None)
+        schema = first.schema if first is not None else reader.query_arrow(sql, parameters).schema
+        sink = _Chunks()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for batch in _chain(first, batches):
+                writer.write_batch(batch)
+                if not put(sink.take()):
+                    getattr(batches, "close", lambda: None)()  # (a generator: ends the engine's stream)
+                    return
+        clean = put(sink.take())
+    except ReadOnlyViolation as exc:
+        clean = True  # (refused before it ran)
+        put(PlainTextResponse(str(exc), 403))
+    except (QueryError, ValueError) as exc:
+        put(PlainTextResponse(str(exc), 400))
+    except Exception as exc:  # noqa: BLE001 - one line to the client, the endpoint goes on
+        put(PlainTextResponse(f"{type(exc).__name__}: {exc}"[:500], 500))
+    finally:
+        if reader is not None:
+            if clean:
+                service.give_back(database, reader)
+            else:
+                reader.close()
+        service.slots.release()
+        try:
+            chunks.put_nowait(_END)
+        except queue.Full:
+            pass
+
+
+def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if first is not None:
+        yield first
+        yield from rest
+
+
+async def _drain(first: bytes, chunks: queue.Queue[Any], stop: threading.Event) -> AsyncIterator[bytes]:
+    """The response body: the query thread's chunks until it ends; stops the query if the client left."""
+    try:
+        yield first
+        while (item := await run_in_threadpool(chunks.get)) is not _END:
+            if isinstance(item, bytes):
+                yield item
+    finally:
+        stop.set()  # (the query thread notices within half a second, and stops)
+
+
+def _advance(service: ReadService, database: str | None, trainer: str, position: int, rows: int, filters: str) -> None:
+    reader = service.borrow(database)
+    try:
+        reader.advance_cursor(trainer, position, rows, filters)
+    finally:
+        service.give_back(database, reader)

@@ -1,0 +1,44 @@
+"""The parser-based read-only guard on the real engine (the endpoint tests run the bypass corpus end to end)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
+from rewardflow.clickhouse.sqlguard import SqlGuard
+from tests.conftest_clickhouse import ChDatabase
+
+pytestmark = pytest.mark.clickhouse
+
+
+def guard_of(ch_db: ChDatabase) -> SqlGuard:
+    return SqlGuard(lambda sql, p: [tuple(r) for r in ch_db.client.query(sql, parameters=dict(p)).result_rows])
+
+
+@pytest.mark.parametrize("sql", ["SELECT 1", "  with x AS (SELECT 1) SELECT * FROM x;", "SHOW TABLES", "DESCRIBE rewards",
+                                 "EXPLAIN SELECT 1", "(SELECT 1) UNION ALL (SELECT 2)", "SELECT ';' AS semi",
+                                 "SELECT 'DROP TABLE x'", "/* hi */ SELECT 1 -- bye", "SELECT * FROM system.settings LIMIT 1",
+                                 "SELECT * FROM numbers(3)", "EXISTS TABLE rewards"])
+def test_reads_pass_in_their_canonical_form(ch_db: ChDatabase, sql: str) -> None:
+    canonical = guard_of(ch_db).check(sql)
+    assert "--" not in canonical and "/*" not in canonical and not canonical.endswith(";")
+
+
+@pytest.mark.parametrize("sql", ["INSERT INTO t VALUES (1)", "drop table t", "ALTER TABLE t DELETE WHERE 1", "",
+                                 "SELECT 1; SELECT 2", "SYSTEM STOP MERGES", "SET readonly = 0", "KILL QUERY WHERE 1",
+                                 "SELECT * FROM t INTO OUTFILE 'x'", "GRANT ALL ON *.* TO u", "-- only a comment",
+                                 "SELECT * FROM file('x')", "SELECT 1 SETTINGS readonly = 0"])
+def test_writes_and_others_are_refused(ch_db: ChDatabase, sql: str) -> None:
+    with pytest.raises(ReadOnlyViolation, match="^refused"):
+        guard_of(ch_db).check(sql)
+
+
+def test_the_refusal_names_what_was_refused(ch_db: ChDatabase) -> None:
+    guard = guard_of(ch_db)
+    cases: dict[str, Any] = {"SELECT 1 INTO OUTFILE 'x'": "INTO OUTFILE", "SELECT * FROM url('http://x', CSV, 'a Int8')": "url",
+                             "DROP TABLE rewards": "DropQuery", "SELECT 1 SETTINGS max_threads = 1": "SETTINGS"}
+    for sql, named in cases.items():
+        with pytest.raises(ReadOnlyViolation, match=named):
+            guard.check(sql)

@@ -1,0 +1,306 @@
+"""The owner's read endpoint against the real engine: authenticated, truly read-only, bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from rewardflow.clickhouse.errors import AccessDenied, QueryError, ReaderUnavailable
+from rewardflow.clickhouse.readers import CursorError
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
+from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
+from rewardflow.readapi.server import ReadServer
+from rewardflow.readapi.tokens import TokenStore, read_local_token
+from rewardflow.settings import Settings
+from tests.conftest_clickhouse import ChDatabase
+
+pytestmark = pytest.mark.clickhouse
+
+# Statements that are not a single read, that write a file, or that reach outside the database. Each
+# spelling came from a way a keyword check can be fooled: comments, string literals, heredocs, case,
+# unicode, parentheses, clauses after INTO OUTFILE. ``{f}`` is a path that must never be created.
+BYPASSES = [
+    "SELECT 1 INTO OUTFILE '{f}'",
+    "SELECT 1 -- '\n INTO OUTFILE '{f}' FORMAT TSVRaw",
+    "SELECT $$'$$ INTO OUTFILE '{f}'",
+    "SELECT $tag$'$tag$ INTO OUTFILE '{f}'",
+    "select 1 iNtO oUtFiLe '{f}'",
+    "SELECT 1 /* x */ INTO /* ' */ OUTFILE '{f}'",
+    "SELECT 1 # '\n INTO OUTFILE '{f}'",
+    "SELECT 1 INTO OUTFILE '{f}' TRUNCATE",
+    "SELECT 1 INTO OUTFILE '{f}' APPEND",
+    "SELECT 1 INTO OUTFILE '{f}' AND STDOUT",
+    "SELECT 1 INTO OUTFILE '{f}' COMPRESSION 'gzip'",
+    "(SELECT 1) INTO OUTFILE '{f}'",
+    "WITH 1 AS x SELECT x INTO OUTFILE '{f}'",
+    "SELECT 1 UNION ALL SELECT 2 INTO OUTFILE '{f}'",
+    "EXPLAIN AST SELECT 1 INTO OUTFILE '{f}'",
+    "SELECT 'x' AS `INTO OUTFILE` INTO OUTFILE '{f}'",
+    "SELECT * FROM file('{f}', TSV, 'a String')",
+    "SELECT file('/etc/hostname')",
+    "SELECT * FROM FILE('{f}')",
+    "SELECT * FROM url('http://127.0.0.1:9/', CSV, 'a Int32')",
+    "SELECT * FROM s3('http://127.0.0.1:9/x.csv', CSV, 'a Int32')",
+    "SELECT * FROM remote('127.0.0.1:9', system.one)",
+    "SELECT * FROM executable('id', TSV, 'a String')",
+    "SELECT * FROM (SELECT * FROM url('http://127.0.0.1:9/', CSV, 'a Int32'))",
+    "SELECT 1 SETTINGS readonly = 0",
+    "SELECT 1 SETTINGS max_memory_usage = 0",
+    "INSERT INTO rewards SELECT * FROM rewards",
+    "DROP TABLE rewards",
+    "TRUNCATE TABLE rewards",
+    "ALTER TABLE rewards DELETE WHERE 1",
+    "CREATE TABLE x (a Int32) ENGINE = Memory",
+    "SELECT 1; DROP TABLE rewards",
+    "SET readonly = 0",
+    "SYSTEM FLUSH LOGS",
+    "KILL QUERY WHERE 1",
+    "OPTIMIZE TABLE rewards FINAL",
+    "ＳＥＬＥＣＴ 1",
+    "",
+    "-- nothing but a comment",
+]
+
+
+def grant(settings: Settings, role: str = "analyst", trainer: str | None = None) -> str:
+    return TokenStore(settings.home).create(role, "test", trainer)[1]
+
+
+@pytest.fixture
+def endpoint(ch_db: ChDatabase) -> Iterator[tuple[ReadServer, Settings]]:
+    settings = ch_db.settings(read_max_memory_bytes=256 * 1024**2, read_idle_timeout_s=1.0, read_max_queries=2)
+    server = ReadServer(ch_db.dsn, settings, "127.0.0.1", 0).start()
+    yield server, settings
+    server.stop()
+
+
+def post(url: str, body: bytes, token: str | None = None, ctype: str = "text/plain") -> tuple[int, bytes, Any]:
+    headers = {"Content-Type": ctype, **({"Authorization": f"Bearer {token}"} if token else {})}
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read(), resp.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers
+
+
+# ---------------------------------------------------------------------------- authentication
+def test_a_token_is_required_and_a_revoked_one_stops_working(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    assert endpoint_alive(server.url)  # /health answers without a token
+    assert post(f"{server.url}/query", b"SELECT 1")[0] == 401
+    status, body, headers = post(f"{server.url}/query", b"SELECT 1", "rfr_000000000000_not-a-real-token-at-all")
+    assert status == 401 and headers["WWW-Authenticate"] == "Bearer" and body.startswith(b"unauthorized")
+    store = TokenStore(settings.home)
+    g, token = store.create("analyst", "alice")
+    status, body, _ = post(f"{server.url}/query", b"SELECT number AS n FROM system.numbers LIMIT 3", token)
+    assert status == 200 and pa.ipc.open_stream(body).read_all().column("n").to_pylist() == [0, 1, 2]
+    store.revoke(g.token_id)
+    assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 401  # the very next request
+    assert token not in (settings.home / "read-tokens.json").read_text()  # stored hashed
+    assert oct((settings.home / "read-tokens.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_trainer_token_moves_only_its_own_cursor_and_only_forward(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    mine = RemoteReader(server.url, token=grant(settings, "trainer", "t1"), database=ch_db.name)
+    mine.advance_cursor("t1", 42, 1, "{}")
+    with pytest.raises(AccessDenied, match="may not move"):
+        mine.advance_cursor("t2", 43, 1, "{}")
+    with pytest.raises(CursorError, match="back"):
+        mine.advance_cursor("t1", 41, 1, "{}")
+    with pytest.raises(CursorError, match="beyond"):
+        mine.advance_cursor("t1", 2**64 - 1, 1, "{}")
+    with pytest.raises(CursorError, match="filters"):
+        mine.advance_cursor("t1", 50, 1, "x" * 5_000)
+    analyst = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    with pytest.raises(AccessDenied):
+        analyst.advance_cursor("t1", 44, 1, "{}")
+    assert ch_db.client.command("SELECT argMax(cursor, _seq) FROM trainer_cursors WHERE trainer = 't1'") == 42
+    assert ch_db.client.command("SELECT count() FROM trainer_cursors WHERE trainer = 't2'") == 0
+
+
+def test_the_owner_writes_a_local_token_only_its_user_can_read(endpoint: Any) -> None:
+    server, settings = endpoint
+    token = read_local_token(settings.home)
+    assert token is not None and oct((settings.home / "read.token").stat().st_mode & 0o777) == "0o600"
+    assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 200
+
+
+# ---------------------------------------------------------------------------- read-only
+@pytest.mark.parametrize("sql", BYPASSES)
+def test_bypasses_are_refused_and_no_file_appears(endpoint: Any, ch_db: ChDatabase, tmp_path: Path, sql: str) -> None:
+    server, settings = endpoint
+    target = tmp_path / "written.txt"
+    statement = sql.replace("{f}", str(target))
+    remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    with pytest.raises(ReadOnlyViolation, match="^refused"):
+        remote.query_arrow(statement)
+    local = server.service.borrow(ch_db.name)  # the same guard in-process (rewardflow sql on a free directory)
+    try:
+        with pytest.raises(ReadOnlyViolation, match="^refused"):
+            local.query_arrow(statement)
+    finally:
+        server.service.give_back(ch_db.name, local)
+    assert not target.exists() and not Path("written.txt").exists()
+    assert ch_db.client.command("EXISTS TABLE rewards") == 1
+
+
+def test_reads_that_look_like_bypasses_are_allowed(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    for sql in ["SELECT 'INTO OUTFILE' AS s", "SELECT `INTO OUTFILE`.x FROM (SELECT 1 AS x) AS `INTO OUTFILE`",
+                "WITH 2 AS x SELECT x", "SELECT * FROM numbers(2)", "SHOW TABLES", "DESCRIBE TABLE rewards",
+                "EXISTS TABLE rewards", "EXPLAIN AST SELECT 1", "SELECT 1 -- INTO OUTFILE 'x'",
+                "SELECT count() FROM rewards WHERE spec_version = {v:String}"]:
+        remote.query_arrow(sql, {"v": "v1"} if "{v:" in sql else None)
+
+
+def test_bad_query_and_bad_database_are_clean_400s(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    token = grant(settings)
+    with pytest.raises(QueryError, match="Code 60"):
+        RemoteReader(server.url, token=token, database=ch_db.name).query_arrow("SELECT * FROM nope")
+    with pytest.raises(QueryError, match="not a plain identifier"):
+        RemoteReader(server.url, token=token, database="x; DROP").query_arrow("SELECT 1")
+
+
+def test_empty_result_keeps_its_schema(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    table = remote.query_arrow("SELECT reward_id, persisted FROM rewards")
+    assert table.num_rows == 0 and table.column_names == ["reward_id", "persisted"]
+    assert list(remote.stream_arrow("SELECT reward_id FROM rewards")) == []
+
+
+# ---------------------------------------------------------------------------- bounds
+def test_a_memory_hungry_query_is_stopped_by_its_limit_while_writes_go_on(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    writes: list[int] = []
+    stop = threading.Event()
+
+    def ingest() -> None:  # the pipeline's writes, meanwhile
+        i = 0
+        while not stop.is_set():
+            ch_db.client.command(f"INSERT INTO trainer_cursors (trainer, cursor, rows, filters) VALUES ('w{i}', 1, 1, '')")
+            writes.append(i)
+            i += 1
+
+    t = threading.Thread(target=ingest)
+    t.start()
+    try:
+        with pytest.raises(QueryError, match="Code 241|MEMORY_LIMIT"):
+            remote.query_arrow("SELECT groupArray(number) FROM numbers(100000000)")
+    finally:
+        stop.set()
+        t.join()
+    assert writes and ch_db.client.command("SELECT count() FROM trainer_cursors") == len(writes)
+    assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]  # the endpoint goes on
+
+
+def test_more_queries_than_slots_get_503_with_retry_after(endpoint: Any, ch_db: ChDatabase) -> None:
+    server, settings = endpoint
+    token = grant(settings)
+    slow = b"SELECT sleepEachRow(1) FROM numbers(2)"
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(post(f"{server.url}/query", slow, token)[0]))
+               for _ in range(settings.read_max_queries)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    status, body, headers = post(f"{server.url}/query", b"SELECT 1", token)
+    for t in threads:
+        t.join()
+    assert status == 503 and headers["Retry-After"] == "1" and b"retry" in body
+    assert results == [200] * settings.read_max_queries
+    assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 200  # the slots came back
+
+
+def test_a_body_over_the_limit_is_refused_with_413(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_body_bytes=4_096)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        token = grant(settings)
+        assert post(f"{server.url}/query", b"SELECT '" + b"x" * 5_000 + b"'", token)[0] == 413
+        assert post(f"{server.url}/query", json.dumps({"sql": "SELECT 1", "parameters": {"p": "x" * 5_000}}).encode(),
+                    token, "application/json")[0] == 413
+
+
+def test_a_thousand_idle_connections_leave_the_threads_bounded_and_are_closed(endpoint: Any) -> None:
+    server, settings = endpoint
+    host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+    before = threading.active_count()
+    sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(1_000)]
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() <= before + 2  # no thread per connection
+        time.sleep(settings.read_idle_timeout_s + 1.5)  # the server closes connections that send nothing
+        closed = sum(1 for s in sockets if _closed(s))
+        assert closed == len(sockets), f"{len(sockets) - closed} idle connections still open"
+    finally:
+        for s in sockets:
+            s.close()
+    assert post(f"{server.url}/query", b"SELECT 1", grant(settings))[0] == 200
+
+
+def _closed(s: socket.socket) -> bool:
+    s.settimeout(2)
+    try:
+        return s.recv(1) == b""
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------------------- configuration and ownership
+def test_binding_beyond_loopback_needs_tls_or_the_explicit_flag(tmp_path: Path) -> None:
+    from rewardflow.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="REWARDFLOW_WEB_TLS_CERTFILE"):
+        load_settings(home=tmp_path, web_host="0.0.0.0")
+    assert load_settings(home=tmp_path, web_host="0.0.0.0", web_insecure_public=True).web_host == "0.0.0.0"
+    assert load_settings(home=tmp_path, web_host="::1").web_host == "::1"
+
+
+def test_a_reader_started_while_the_owner_runs_uses_the_endpoint(endpoint: Any, ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.enginelock import probe_engine
+
+    if not ch_db.dsn.embedded:
+        pytest.skip("only a chDB directory has an owner")
+    server, settings = endpoint
+    assert ch_db.dsn.path is not None
+    owner = probe_engine(ch_db.dsn.path)
+    assert owner is not None and owner.this_process and owner.pid == os.getpid()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
+    env.update({"REWARDFLOW_HOME": str(settings.home), "REWARDFLOW_CLICKHOUSE_DSN": ch_db.dsn.secret,
+                "REWARDFLOW_WEB_PORT": server.url.rsplit(":", 1)[1]})
+    ch_db.client.command("INSERT INTO trainer_cursors (trainer, cursor, rows, filters) VALUES ('seen', 7, 1, '')")
+    code = ("import sys; from rewardflow.cli.main import main; "
+            "sys.argv = ['rewardflow', 'sql', '--format', 'csv', '--database', sys.argv[1], "
+            "'SELECT cursor FROM trainer_cursors']; main()")
+    out = subprocess.run([sys.executable, "-c", code, ch_db.name], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ['"cursor"', "7"]
+    bad = subprocess.run([sys.executable, "-c", code.replace("SELECT cursor FROM trainer_cursors", "DROP TABLE rewards"),
+                          ch_db.name], env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: refused") and "Traceback" not in bad.stderr
+    env["REWARDFLOW_HOME"] = str(settings.home / "elsewhere")  # another user: no local token file to read
+    denied = subprocess.run([sys.executable, "-c", code, ch_db.name], env=env, capture_output=True, text=True, timeout=120)
+    assert denied.returncode == 2 and "refused the token" in denied.stderr and "Traceback" not in denied.stderr
+
+
+def test_an_unreachable_endpoint_is_reader_unavailable() -> None:
+    with pytest.raises(ReaderUnavailable):
+        RemoteReader("http://127.0.0.1:9", token="x").query_arrow("SELECT 1")
