@@ -87,3 +87,36 @@ def test_the_worker_speaks_the_configured_protocol(protocol: str, tls: bool, tmp
     creds: Any = JoinWorker(s, web=False).app.conf.broker_credentials
     assert creds.protocol == AuthProtocol(protocol)
     assert (creds.ssl_context is not None) == tls
+
+
+@pytest.mark.parametrize("dsn, says", [("garbage", "unsupported ClickHouse DSN scheme"),
+                                       ("http://u@127.0.0.1:9/db?password=hunter2", "user:password@ part"),
+                                       ("http://u:hunter2@[::1:9/db", "malformed"),
+                                       ("chdb://relative/path", "absolute path")])
+def test_a_bad_dsn_is_one_error_line_naming_the_variable(dsn: str, says: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("REWARDFLOW_")}
+    env.update({"REWARDFLOW_HOME": str(tmp_path), "REWARDFLOW_CLICKHOUSE_DSN": dsn})
+    exe = shutil.which("rewardflow", path=str(Path(sys.executable).parent)) or "rewardflow"
+    proc = subprocess.run([exe, "sql", "SELECT 1"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: invalid configuration: REWARDFLOW_CLICKHOUSE_DSN") and says in proc.stderr
+    assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_unexpected_error_is_one_line_and_the_traceback_is_opt_in(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from rewardflow.cli import main as cli
+
+    def boom() -> None:
+        raise TimeoutError("SASL handshake did not complete\nwithin 30 s")
+
+    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.delenv("REWARDFLOW_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err == (
+        "error: TimeoutError: SASL handshake did not complete within 30 s (REWARDFLOW_DEBUG=1 shows where)\n")
+    monkeypatch.setenv("REWARDFLOW_DEBUG", "1")
+    with pytest.raises(TimeoutError):
+        cli.main()
