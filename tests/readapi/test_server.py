@@ -304,3 +304,42 @@ def test_a_reader_started_while_the_owner_runs_uses_the_endpoint(endpoint: Any, 
 def test_an_unreachable_endpoint_is_reader_unavailable() -> None:
     with pytest.raises(ReaderUnavailable):
         RemoteReader("http://127.0.0.1:9", token="x").query_arrow("SELECT 1")
+
+
+def test_a_client_that_goes_away_frees_its_query_slot(ch_db: ChDatabase) -> None:
+    import http.client
+
+    settings = ch_db.settings(read_max_queries=1)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        token = grant(settings)
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/query", body=b"SELECT number FROM numbers(10000000000)",
+                     headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read(65_536)  # streaming an endless result...
+        assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 503  # ...which holds the only slot
+        conn.close()  # the client gives up
+        deadline, status = time.monotonic() + 15, 503
+        while status == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status = post(f"{server.url}/query", b"SELECT 1", token)[0]
+        assert status == 200, "the abandoned query still holds its slot"
+
+
+def test_the_endpoint_serves_tls_with_its_certificate(ch_db: ChDatabase, tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    settings = ch_db.settings(web_tls_certfile=cert, web_tls_keyfile=key)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        assert server.url.startswith("https://")
+        remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name, cafile=cert)
+        assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]
+        with pytest.raises(ReaderUnavailable):  # a client that does not trust the certificate does not connect
+            RemoteReader(server.url, token=grant(settings), database=ch_db.name).query_arrow("SELECT 1")
