@@ -123,6 +123,25 @@ def _apply_configs(client: AdminClient, wanted: dict[str, dict[str, str]], timeo
         except KafkaException as exc:
             raise RuntimeError(f"cannot set {[c.name for c in res.incremental_configs]} of topic {res.name!r}: "
                                f"{exc}") from None
+    _wait_configs(client, {r.name: {c.name: str(c.value) for c in r.incremental_configs} for r in alter}, timeout)
+
+
+def _wait_configs(client: AdminClient, wanted: dict[str, dict[str, str]], timeout: float) -> None:
+    """Block until the broker describes every topic with the ``wanted`` values (an accepted change
+    reaches the broker's view a moment later; records appended before that would miss it)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        described = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in wanted])
+        stale = [res.name for res, fut in described.items()
+                 if any(fut.result(timeout=timeout).get(k) is None or fut.result(timeout=timeout)[k].value != v
+                        for k, v in wanted[res.name].items())]
+        if not stale:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic configs not in effect within {timeout:.0f}s: {stale}")
+        time.sleep(0.1)
 
 
 def _wait_visible(client: AdminClient, names: list[str], timeout: float) -> None:

@@ -1,0 +1,36 @@
+"""Provisioning against the real broker: the raw topic is stamped by the broker, limits only grow."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from rewardflow import topics as T
+from rewardflow.provision import ensure_topics, raw_record_limit
+from rewardflow.settings import Settings
+
+pytestmark = pytest.mark.kafka
+
+
+def configs(admin: AdminClient, topic: str) -> dict[str, str]:
+    (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {k: v.value for k, v in fut.result(timeout=30).items()}
+
+
+def test_an_existing_raw_topic_is_made_to_stamp_broker_time(kafka_broker: Any, tmp_path: Path) -> None:
+    settings = Settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"p{uuid.uuid4().hex[:8]}.", home=tmp_path,
+                        partitions=1)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    raw = settings.topic(T.RAW)
+    for fut in admin.create_topics([NewTopic(raw, 1, 1, config={"max.message.bytes": "9000000"})]).values():
+        fut.result(timeout=30)  # made before, by hand: producer time, a larger limit than needed
+    assert configs(admin, raw)["message.timestamp.type"] == "CreateTime"
+    ensure_topics(settings)
+    got = configs(admin, raw)
+    assert got["message.timestamp.type"] == "LogAppendTime"
+    assert int(got["max.message.bytes"]) == 9_000_000 > raw_record_limit(settings)  # never lowered
+    assert configs(admin, settings.topic(T.REWARDS))["message.timestamp.type"] == "CreateTime"  # outputs keep theirs
