@@ -69,6 +69,7 @@ from rewardflow.clickhouse.ddl import create_database
 from rewardflow.clickhouse.dsn import parse_dsn
 from rewardflow.clickhouse.migrate import migrate
 from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
+from rewardflow.readapi.tokens import read_local_token
 from rewardflow.demo.worker_proc import ChildProcess
 from rewardflow.events.validate import to_dict
 
@@ -167,7 +168,7 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
             time.sleep(0.1)
         t_ready = time.perf_counter()
         out["rss_at_ready_mb"] = proc_status(proc.pid, "VmRSS")
-        reader = RemoteReader(url, timeout=60)
+        reader = RemoteReader(url, token=read_local_token(settings.home), timeout=60)  # (the owner writes it)
         count, t_first, max_rss = 0, None, 0.0
         while count < n_events:
             check()

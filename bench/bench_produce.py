@@ -17,7 +17,7 @@ Not a test. For each run:
    record per event (what a client without per-session batching would send).
 5. The budget (untimed in the ratio): the ratio target of 0.7 allows the SDK
    ``raw seconds / 0.7`` for the run, i.e. a time per event. Beside it, the
-   time the SDK's own event writers (the compiled C encoders, when built) take
+   time the SDK's own event writers (fastavro or orjson) take
    to encode the same pre-built events, with no batching and no Kafka at all:
    ``encode only``. No design that encodes the events in the emitting thread
    can be faster than that. It is measured twice: over the events as the run
@@ -48,7 +48,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from rewardflow.client import EventProducer, ProducerConfig, speedups
+from rewardflow.client import EventProducer, ProducerConfig
 from rewardflow.events.models import Envelope
 from rewardflow.events.samples import sample_events
 from rewardflow.events.wire import FORMAT_HEADER, decode_record, encode_avro, encode_json
@@ -150,7 +150,6 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--format", choices=("avro", "json"), default="avro")
-    ap.add_argument("--avro-writer", choices=("compiled", "fastavro"), default="compiled")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--max-delay-ms", type=float, default=ProducerConfig.max_delay_ms)
     ap.add_argument("--max-events", type=int, default=None)
@@ -168,7 +167,7 @@ def main() -> None:
     for run in range(args.runs):
         sdk_topic, raw_topic, single_topic = (f"bench.produce.{kind}.{uuid.uuid4().hex[:8]}" for kind in ("sdk", "raw", "single"))
         create_topics(args.bootstrap, {sdk_topic: args.partitions, raw_topic: args.partitions, single_topic: args.partitions})
-        config = ProducerConfig(topic=sdk_topic, wire_format=args.format, avro_writer=args.avro_writer,
+        config = ProducerConfig(topic=sdk_topic, wire_format=args.format,
                                 max_delay_ms=args.max_delay_ms, max_events=args.max_events, block_timeout_s=60.0)
         sdk_s, n_records = run_sdk(settings, config, events)
         records = warm_up_first(read_back(args.bootstrap, sdk_topic, n_records), events[0].event_id)
@@ -195,7 +194,7 @@ def main() -> None:
     single = statistics.median(r["raw_per_event_events_s"] for r in rows)
     print(f"\n| {'producer':<32} | {'events/s (median of ' + str(args.runs) + ')':>24} |")
     print(f"|{'-' * 34}|{'-' * 26}|")
-    label = f"rewardflow SDK ({args.format}{', ' + args.avro_writer if args.format == 'avro' else ''})"
+    label = f"rewardflow SDK ({args.format})"
     print(f"| {label:<32} | {sdk:>24,.0f} |")
     print(f"| {'raw confluent-kafka':<32} | {raw:>24,.0f} |")
     print(f"| {'ratio SDK / raw':<32} | {sdk / raw:>24.2f} |")
@@ -205,17 +204,15 @@ def main() -> None:
     warm = statistics.median(r["encode_only_warm_us"] for r in rows)
     print(f"\nPer event (medians): the 0.7 target allows {budget:.2f} us; the SDK's writers alone take {cold:.2f} us "
           f"to encode these events as held (cold in the caches), {warm:.2f} us warm.")
-    print(f"\nSDK event writers: {speedups.status()}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "events": args.events, "format": args.format, "avro_writer": args.avro_writer, "partitions": args.partitions,
+        "events": args.events, "format": args.format, "partitions": args.partitions,
         "runs": rows,
         "median_sdk_events_s": sdk, "median_raw_events_s": raw, "ratio": sdk / raw,
         "median_raw_per_event_events_s": single,
         "median_budget_us_per_event": budget, "median_encode_only_cold_us": cold, "median_encode_only_warm_us": warm,
         "config": {k: v for k, v in config.resolve(settings).kafka.items() if "sasl" not in k},
         "max_delay_ms": args.max_delay_ms, "python": platform.python_version(), "cpus": os.cpu_count(),
-        "sdk_writers": speedups.status(),
     }, indent=2))
     print(f"\nwrote {RESULTS}")
 

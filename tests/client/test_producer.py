@@ -18,7 +18,6 @@ from rewardflow.client import (
     RecordTooLarge,
     UndeliveredEvents,
 )
-from rewardflow.client import speedups
 from rewardflow.events.models import FollowUp
 from rewardflow.events.samples import sample_events, session_events
 from rewardflow.events.validate import validate_event
@@ -27,16 +26,6 @@ from rewardflow.settings import Settings, load_settings
 from tests.client.fakes import FakeError, FakeKafka, factory
 
 TIMEOUT = FakeError("_MSG_TIMED_OUT", "Local: Message timed out")
-
-
-@pytest.fixture(autouse=True, params=["compiled", "pure"])
-def emit_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs on the C extension's emit path (when built) and on the pure-Python one."""
-    if request.param == "compiled" and not speedups.AVAILABLE:
-        pytest.skip(f"C extension not built: {speedups.status()}")
-    if request.param == "pure":
-        monkeypatch.setattr(speedups, "_ext", None)
-    return str(request.param)
 
 
 def make(config: ProducerConfig | None = None, settings: Settings | None = None, **fake: Any) -> tuple[EventProducer, FakeKafka]:

@@ -129,7 +129,7 @@ def open_reader(
         except EngineBusyError:
             pass  # lost a race with a starting owner: fall through to its endpoint
     url = endpoint_url(settings)
-    if endpoint_alive(url, timeout=probe_timeout, tls=settings.web_tls_certfile is not None):
+    if endpoint_alive(url, timeout=probe_timeout, cafile=settings.web_tls_certfile):
         return RemoteReader(url, token=client_token(settings), database=target.database,
                             cafile=settings.web_tls_certfile)
     pid = owner.pid if owner is not None and owner.pid else "another process"

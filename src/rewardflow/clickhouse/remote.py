@@ -42,7 +42,7 @@ def _context(url: str, cafile: Path | None) -> ssl.SSLContext | None:
     return ssl.create_default_context(cafile=str(cafile) if cafile else None) if url.startswith("https:") else None
 
 
-def endpoint_alive(url: str, timeout: float = 2.0, tls: bool = False, cafile: Path | None = None) -> bool:
+def endpoint_alive(url: str, timeout: float = 2.0, cafile: Path | None = None) -> bool:
     """True if a rewardflow read endpoint answers ``GET /health`` at ``url`` within ``timeout``."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=timeout, context=_context(url, cafile)) as resp:

@@ -9,10 +9,7 @@ thread-safe (the producer holds its lock around every call).
 Hot path: the producer may append to an open batch itself (:attr:`SessionBatcher.open`),
 exactly as :meth:`SessionBatcher.add` does when the piece fits: append the
 piece, take its size off ``room`` and one off ``left``, and :meth:`close` the
-batch when ``left`` reaches 0. Every other case goes through ``add``. The C
-extension's emit core does the same for a batch that stays open (it leaves
-filling a batch to the Python path); for it, batches are the extension's
-``Batch`` (``batch_type``: the fields of :class:`SessionBatch`, in C).
+batch when ``left`` reaches 0. Every other case goes through ``add``.
 
 Ordering: batches close in the order they must be sent. For one session, a
 closed batch always holds events emitted before those of any later batch.
@@ -57,10 +54,8 @@ class SessionBatcher:
     """Open batches by session id, oldest first."""
 
     def __init__(self, encoder: EventEncoder, max_events: int, max_record_bytes: int, max_delay_s: float,
-                 clock: Callable[[], float] = time.monotonic, batch_type: type[SessionBatch] | None = None) -> None:
-        """``batch_type``: what batches are made of (default :class:`SessionBatch`; the C extension's ``Batch``)."""
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._encoder = encoder
-        self._batch_type = batch_type or SessionBatch
         self._sep_len = len(encoder.separator)
         self._max_events = max_events
         self._max_record_bytes = max_record_bytes
@@ -114,7 +109,7 @@ class SessionBatcher:
 
     def _new(self, session_id: str, head: bytes) -> SessionBatch:
         room = self._max_record_bytes - len(head) - self._encoder.tail
-        batch = self._batch_type(session_id, session_id.encode(), head, self._clock(), room, self._max_events)
+        batch = SessionBatch(session_id, session_id.encode(), head, self._clock(), room, self._max_events)
         self.open[session_id] = batch
         return batch
 

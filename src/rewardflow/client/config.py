@@ -30,8 +30,6 @@ class ProducerConfig:
     topic: str | None = None
     """Default: ``settings.topic(topics.RAW)``."""
     wire_format: Literal["avro", "json"] = "avro"
-    avro_writer: Literal["compiled", "fastavro"] = "compiled"
-    """``compiled``: a writer generated from each schema (byte-identical, ~3x faster); ``fastavro``: the reference."""
     max_events: int | None = None
     """Events per session batch record; default and ceiling ``settings.max_batch_events`` (consumers reject more)."""
     max_delay_ms: float = 100.0
@@ -66,8 +64,6 @@ class ProducerConfig:
             raise ValueError("delivery_timeout_ms must exceed linger_ms")
         if self.wire_format not in ("avro", "json"):
             raise ValueError(f"wire_format={self.wire_format!r}: use 'avro' or 'json'")
-        if self.avro_writer not in ("compiled", "fastavro"):
-            raise ValueError(f"avro_writer={self.avro_writer!r}: use 'compiled' or 'fastavro'")
         fixed = {"enable.idempotence", "acks", "bootstrap.servers"}
         clash = fixed & set(self.kafka_overrides)
         if clash:
@@ -75,7 +71,6 @@ class ProducerConfig:
         return ResolvedConfig(
             topic=self.topic or settings.topic(topics.RAW),
             wire_format=self.wire_format,
-            avro_writer=self.avro_writer,
             max_events=max_events,
             max_delay_s=self.max_delay_ms / 1000.0,
             max_pending_events=self.max_pending_events,
@@ -108,7 +103,6 @@ class ResolvedConfig:
 
     topic: str
     wire_format: str
-    avro_writer: Literal["compiled", "fastavro"]
     max_events: int
     max_delay_s: float
     max_pending_events: int

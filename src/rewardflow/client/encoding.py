@@ -8,37 +8,30 @@ occupies inside a session batch record; a record is the batch's *head*
 :func:`~rewardflow.events.wire.decode_record` reads them:
 
 * avro: piece = the event's branch index in the ``EventBatch`` union + the
-  event's Avro body, written by the C extension's writer run from the
-  event's schema (:mod:`rewardflow.client.speedups`, when built), else by a
-  writer compiled to Python from the schema
-  (:mod:`rewardflow.client.avro_compiler`; the C writer's fallback too), or by
-  fastavro itself (``writer="fastavro"``, also the fallback for a schema the
-  compilers do not handle). All write fastavro's bytes. head = magic 0,
-  schema id, ``batch_id``, ``session_id``; then the array block count, the
+  event's Avro body, written by fastavro from the event's schema. head = magic
+  0, schema id, ``batch_id``, ``session_id``; then the array block count, the
   pieces, and the end-of-array byte.
 * json: piece = ``orjson.dumps(event.__dict__)`` (nested models by their
-  ``__dict__``), written by the C extension's JSON writer when built (the
-  same bytes); record = ``{"batch_id":…,"session_id":…,"events":[piece,piece,…]}``.
+  ``__dict__``); record = ``{"batch_id":…,"session_id":…,"events":[piece,piece,…]}``.
 
 Contract: encoders are pure and take *validated* event models. ``piece``
-raises ``ValueError`` or ``TypeError`` for data that does not fit the schema
-(the producer turns that into ``InvalidEvent``); it never truncates.
+raises ``ValueError``, ``TypeError`` or ``OverflowError`` for data that does not
+fit the schema (an integer outside its Avro type included; the producer turns
+that into ``InvalidEvent``); it never truncates or wraps.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import IO, Any, Literal, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 import orjson
 from fastavro import schemaless_writer
 from pydantic import BaseModel
 
-from rewardflow.client import speedups
-from rewardflow.client.avro_compiler import Unsupported, compile_writer, varint
 from rewardflow.events.catalogue import BATCH, EVENT_TYPES, Catalogue, default_catalogue
-from rewardflow.events.models import Envelope, Producer
+from rewardflow.events.models import Envelope
 from rewardflow.events.wire import AVRO, FORMAT_HEADER, JSON
 
 _FRAME = struct.Struct(">bI")
@@ -59,6 +52,18 @@ def fields_of(event: Envelope | dict[str, Any]) -> dict[str, Any]:
     fields = dict(event if isinstance(event, dict) else event.__dict__)
     fields["producer"] = fields["producer"].__dict__
     return fields
+
+
+def varint(n: int) -> bytes:
+    """Zigzag varint of an Avro long (a length or a count here)."""
+    if not -(1 << 63) <= n < 1 << 63:
+        raise OverflowError(f"{n} does not fit an Avro long (64 bits)")
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
 
 
 def avro_string(text: str) -> bytes:
@@ -88,10 +93,6 @@ class EventEncoder(Protocol):
         """The record value of a batch."""
 
 
-ENVELOPE_RUN = ("org_id", "session_id", "request_id", "producer")
-"""Envelope fields that repeat for every event of a turn, consecutive in every event schema: memoised."""
-
-
 class AvroBatchEncoder:
     """Pieces and ``EventBatch`` records in the Confluent-framed Avro format."""
 
@@ -99,12 +100,13 @@ class AvroBatchEncoder:
     separator = b""
     tail = MAX_VARINT + 1
 
-    def __init__(self, catalogue: Catalogue | None = None, writer: Literal["compiled", "fastavro"] = "compiled") -> None:
+    def __init__(self, catalogue: Catalogue | None = None) -> None:
         cat = catalogue or default_catalogue()
         batch = cat.writer(BATCH)
         items = next(f for f in batch.parsed["fields"] if f["name"] == "events")["type"]["items"]
         names = [(i["name"] if isinstance(i, dict) else str(i)).rsplit(".", 1)[-1] for i in items]
-        self.writers: dict[str, Writer] = {name: _piece_writer(cat.writer(name).parsed, varint(i), name, writer) for i, name in enumerate(names)}
+        self.writers: dict[str, Writer] = {name: _fastavro_piece(cat.writer(name).parsed, varint(i))
+                                           for i, name in enumerate(names)}
         self._frame = _FRAME.pack(0, batch.schema_id)
         self.headers: Headers = [(FORMAT_HEADER, AVRO.encode())]
 
@@ -119,34 +121,12 @@ class AvroBatchEncoder:
         return b"".join((head, varint(len(pieces)), *pieces, b"\x00"))
 
 
-def _piece_writer(parsed: Any, branch: bytes, name: str, writer: str) -> Writer:
-    """The C writer (pure-Python fallback: the compiled Python one), else the compiled Python writer, else fastavro's.
-
-    ``event_type`` is compiled as the constant ``name``: the encoder picks this
-    writer by the event's ``event_type``, so the value is known.
-    """
-    if writer == "fastavro":
-        return _fastavro_piece(parsed, branch)
-    pure = _python_piece(parsed, branch, name)
-    try:
-        fast = speedups.avro_writer(parsed, pure, prefix=branch, constants={"event_type": name})
-    except Unsupported:
-        return pure
-    return pure if fast is None else fast
-
-
-def _python_piece(parsed: Any, branch: bytes, name: str) -> Writer:
-    """The writer compiled to Python (with the envelope memo if the schema allows), else fastavro's."""
-    for memo in (ENVELOPE_RUN, ()):
-        try:
-            return compile_writer(parsed, prefix=branch, memo=memo, constants={"event_type": name})
-        except Unsupported:
-            continue
-    return _fastavro_piece(parsed, branch)
-
-
 def _fastavro_piece(parsed: Any, branch: bytes) -> Writer:
-    """fastavro's writer for one event type, with the union branch index in front."""
+    """fastavro's writer for one event type, with the union branch index in front.
+
+    fastavro writes an ``int`` field's value whatever its size (a reader then sees another
+    number); the range of each ``int`` field is checked here, so nothing is ever wrapped.
+    """
 
     class Capture:  # file-like: fastavro writes each datum with one .write() call
         data: bytes | bytearray = b""
@@ -156,12 +136,30 @@ def _fastavro_piece(parsed: Any, branch: bytes) -> Writer:
 
     capture = Capture()
     sink = cast(IO[Any], capture)
+    ints = _int_fields(parsed)
 
     def piece(fields: dict[str, Any]) -> bytes:
+        for name in ints:
+            value = fields.get(name)
+            if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
+                raise OverflowError(f"{name}={value} does not fit an Avro int (32 bits)")
         schemaless_writer(sink, parsed, fields_of(fields))
         return branch + capture.data
 
     return piece
+
+
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _int_fields(parsed: Any) -> tuple[str, ...]:
+    """The fields of a record schema typed ``int`` or ``["null", "int"]``."""
+    out = []
+    for f in parsed["fields"]:
+        types = f["type"] if isinstance(f["type"], list) else [f["type"]]
+        if "int" in types:
+            out.append(f["name"])
+    return tuple(out)
 
 
 class JsonBatchEncoder:
@@ -173,8 +171,7 @@ class JsonBatchEncoder:
 
     def __init__(self) -> None:
         self.headers: Headers = [(FORMAT_HEADER, JSON.encode())]
-        write = speedups.json_writer(_json_piece, (Producer,)) or _json_piece
-        self.writers: dict[str, Writer] = {name: write for name in EVENT_TYPES}
+        self.writers: dict[str, Writer] = dict.fromkeys(EVENT_TYPES, _json_piece)
 
     def piece(self, event: Envelope) -> bytes:
         fields = event.__dict__
@@ -198,11 +195,10 @@ def _nested(value: Any) -> dict[str, Any]:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
-def encoder_for(wire_format: str, catalogue: Catalogue | None = None,
-                avro_writer: Literal["compiled", "fastavro"] = "compiled") -> EventEncoder:
+def encoder_for(wire_format: str, catalogue: Catalogue | None = None) -> EventEncoder:
     """The encoder of ``avro`` or ``json``; ``ValueError`` for anything else."""
     if wire_format == AVRO:
-        return AvroBatchEncoder(catalogue, avro_writer)
+        return AvroBatchEncoder(catalogue)
     if wire_format == JSON:
         return JsonBatchEncoder()
     raise ValueError(f"unknown wire format {wire_format!r}: use 'avro' or 'json'")

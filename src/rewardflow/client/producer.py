@@ -8,16 +8,9 @@ exceed ``max_record_bytes``, or is ``max_delay_ms`` old; a background thread
 when an emitting thread holds the lock, flags them for that thread to send
 on its next ``emit`` (the pump never waits for the emit path's lock).
 
-Cost per event on the hot path: with the C extension (``_speedups``, built
-by ``pip install``), one C call: ``EmitCore.emit`` encodes the event with the
-compiled writer of its type and appends it to its session's open batch
-while no other thread holds the producer's lock, the common case; anything
-else (no open batch, a batch to close, the pending bound, due batches, the
-lock busy, an invalid event) goes to the Python path below, which does the
-same under the lock. Without the extension: the Python path for every event
-(one compiled-to-Python encoder call outside the lock, one dict lookup and a
-list append under it). Per record: one ``produce`` and one delivery
-callback. Pending events are bounded without reading the delivery ledger per
+Cost per event on the hot path: one encoder call outside the lock (fastavro
+or orjson), one dict lookup and a list append under it. Per record: one
+``produce`` and one delivery callback. Pending events are bounded without reading the delivery ledger per
 event (a limit refreshed when reached).
 
 Guarantees:
@@ -40,6 +33,7 @@ from __future__ import annotations
 import atexit
 import logging
 import struct
+import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -47,7 +41,6 @@ from typing import Any, cast
 
 from confluent_kafka import Producer
 
-from rewardflow.client import speedups
 from rewardflow.client.batching import SessionBatcher
 from rewardflow.client.config import ProducerConfig
 from rewardflow.client.delivery import DeliveryLedger, ProducerStats
@@ -56,10 +49,24 @@ from rewardflow.client.errors import BufferFull, ProducerClosed, UndeliveredEven
 from rewardflow.client.events_in import TRUSTED, as_model, unencodable
 from rewardflow.client.handoff import KafkaHandoff
 from rewardflow.client.pump import Pump
-from rewardflow.events.models import EVENT_MODELS, Envelope
+from rewardflow.events.models import Envelope
 from rewardflow.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
+
+
+class EmitState:
+    """Counts and flags of the emit path, changed under the producer's lock (except ``due``)."""
+
+    __slots__ = ("accepted", "limit", "closed", "due")
+
+    def __init__(self, limit: int) -> None:
+        self.accepted = 0
+        self.limit = limit
+        """``emit`` accepts while ``accepted < limit``: ``done + max_pending_events``, refreshed lazily."""
+        self.closed = False
+        self.due = False
+        """Set by the pump: batches may be past their delay; whoever holds the lock next sends them."""
 
 
 class EventProducer:
@@ -84,23 +91,15 @@ class EventProducer:
         self.settings = settings or load_settings()
         self.config = (config or ProducerConfig()).resolve(self.settings)
         cfg = self.config
-        self._encoder = encoder_for(cfg.wire_format, avro_writer=cfg.avro_writer)
-        self._lock, batch_type = speedups.lock_and_batch_type()
-        self._batcher = SessionBatcher(self._encoder, cfg.max_events, cfg.max_record_bytes, cfg.max_delay_s,
-                                       batch_type=batch_type)
+        self._encoder = encoder_for(cfg.wire_format)
+        self._lock = threading.Lock()
+        self._batcher = SessionBatcher(self._encoder, cfg.max_events, cfg.max_record_bytes, cfg.max_delay_s)
         self._writers, self._open, self._sep = self._encoder.writers, self._batcher.open, len(self._encoder.separator)
         self._ledger = DeliveryLedger()
         self._kafka = kafka_factory(cfg.kafka)
         self._handoff = KafkaHandoff(self._kafka, cfg.topic, self._encoder, self._ledger)
         self._ship = self._handoff.ship
-        self._state = speedups.emit_core(EVENT_MODELS, self._writers, self._open, self._lock, self._sep, cfg.max_pending_events)
-        """Counts and flags (changed under the lock, except ``due``): ``accepted``; ``limit`` (``emit`` accepts
-        while ``accepted < limit``; it is ``done + max_pending_events``, refreshed lazily); ``closed``; ``due`` (set by
-        the pump: batches may be past their delay; whoever holds the lock next sends them). With the C extension it
-        is also the common case of ``emit`` (``EmitCore``), else a plain :class:`~rewardflow.client.speedups.EmitState`."""
-        if not isinstance(self._state, speedups.EmitState):  # C: the core's emit is this instance's emit; it calls _emit for all but the common case
-            self._state.set_slow(self._emit)  # type: ignore[attr-defined]
-            self.emit = self._state.emit  # type: ignore[method-assign]
+        self._state = EmitState(cfg.max_pending_events)
         self._pump = Pump(self._kafka, self._tick, interval_s=min(0.05, max(0.001, cfg.max_delay_s / 4)))
         atexit.register(self._at_exit)
 
@@ -113,21 +112,15 @@ class EventProducer:
         before anything is buffered; ``BufferFull`` when ``max_pending_events``
         stay pending for ``block_timeout_s``; ``ProducerClosed`` after close().
         """
-        self._emit(event, False)  # (with the C extension, the instance's emit is the C core's: see __init__)
-
-    def _emit(self, event: Envelope | Mapping[str, Any], piece: bytes | bool) -> None:
-        """``emit`` in Python, from the event's encoded ``piece`` if the C core made it (else False)."""
         state = self._state
         if state.closed:
             raise ProducerClosed("emit() after close()", self.stats)
-        model = event if type(event) in TRUSTED else as_model(event)
+        model = cast(Envelope, event) if type(event) in TRUSTED else as_model(event)
         fields: dict[str, Any] = model.__dict__  # pydantic's attribute access is slow on this path
-        if piece is False:
-            try:  # encoding is pure: done outside the lock
-                piece = self._writers[fields["event_type"]](fields)
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error) as exc:
-                raise unencodable(model, exc) from None  # type: ignore[arg-type]
-        piece = cast(bytes, piece)
+        try:  # encoding is pure: done outside the lock
+            piece = self._writers[fields["event_type"]](fields)
+        except (ValueError, TypeError, OverflowError, KeyError, IndexError, AttributeError, struct.error) as exc:
+            raise unencodable(model, exc) from None
         if state.accepted >= state.limit:
             self._wait_for_room()
         with self._lock:

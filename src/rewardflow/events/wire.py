@@ -24,7 +24,6 @@ from typing import Any
 import orjson
 from fastavro import schemaless_reader, schemaless_writer
 
-from rewardflow.events import avro_fast
 from rewardflow.events.catalogue import BATCH, NAMESPACE, Catalogue, default_catalogue
 from rewardflow.events.errors import DecodeError
 
@@ -94,12 +93,8 @@ def decode_record(
 
 
 def _decode_avro(value: bytes, cat: Catalogue) -> tuple[list[dict[str, Any]], str | None]:
-    """Frame, schema id, then the body: the compiled decoder (``avro_fast``) when it returns a value, else fastavro.
-    Returns the events and, for an ``EventBatch``, the session id it names.
-
-    The compiled decoder returns exactly fastavro's objects or None (then fastavro reads the body, so every
-    error and its message is fastavro's); it is used only when the writer schema is the current one.
-    """
+    """Frame, schema id, then the body, read by fastavro (with the current schema as reader when the writer's
+    is older). Returns the events and, for an ``EventBatch``, the session id it names."""
     if len(value) < 5:
         raise DecodeError(f"avro frame of {len(value)} bytes is shorter than its 5-byte header", code="truncated_avro")
     magic, sid = _FRAME.unpack_from(value)
@@ -109,24 +104,18 @@ def _decode_avro(value: bytes, cat: Catalogue) -> tuple[list[dict[str, Any]], st
     if entry is None:
         raise DecodeError(f"schema id {sid} is not in the local catalogue", code="unknown_schema_id")
     reader = cat.current[entry.name].parsed
-    obj = None
-    if reader is entry.parsed:  # no schema resolution: the compiled decoder, if any (None: not well-formed)
-        fast = avro_fast.decoder(reader)
-        if fast is not None:
-            obj = fast(value, 5, len(value))
-    if obj is None:  # fastavro: every value the fast path does not return, and every error
-        buf = io.BytesIO(value)
-        buf.seek(5)
-        try:
-            obj = schemaless_reader(buf, entry.parsed, reader if reader is not entry.parsed else None, return_record_name=True)
-        except (EOFError, StopIteration) as exc:
+    buf = io.BytesIO(value)
+    buf.seek(5)
+    try:
+        obj = schemaless_reader(buf, entry.parsed, reader if reader is not entry.parsed else None, return_record_name=True)
+    except (EOFError, StopIteration) as exc:
+        raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
+    except Exception as exc:  # fastavro raises assorted errors on garbage
+        if buf.tell() >= len(value):  # a short read of a fixed-size value (double, boolean) at the end
             raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
-        except Exception as exc:  # fastavro raises assorted errors on garbage
-            if buf.tell() >= len(value):  # a short read of a fixed-size value (double, boolean) at the end
-                raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
-            raise DecodeError(f"avro body unreadable: {exc.__class__.__name__}: {exc}"[:300], code="bad_avro") from None
-        if buf.tell() != len(value):
-            raise DecodeError(f"{len(value) - buf.tell()} trailing bytes after the avro body", code="bad_avro")
+        raise DecodeError(f"avro body unreadable: {exc.__class__.__name__}: {exc}"[:300], code="bad_avro") from None
+    if buf.tell() != len(value):
+        raise DecodeError(f"{len(value) - buf.tell()} trailing bytes after the avro body", code="bad_avro")
     if entry.name == BATCH:
         assert isinstance(obj, dict)
         out = []
