@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: set up the venv (idempotent), then
 #   bash scripts/run.sh demo    -> run the main job on local defaults (Kafka from Maven Central + chDB)
-#   bash scripts/run.sh test    -> run the test suite (starts and stops its own Kafka broker)
+#   bash scripts/run.sh test    -> type-check (mypy --strict over src/ and streams/), then run the test suite
+#                                 (it starts and stops its own Kafka broker)
 #   bash scripts/run.sh bench   -> run the benchmarks
 #   bash scripts/run.sh <any rewardflow subcommand ...>
 set -euo pipefail
@@ -33,6 +34,8 @@ case "$cmd" in
   test)
     need java "Java 17+ runs the local Kafka broker"
     need mvn "Maven resolves Apache Kafka from Maven Central"
+    echo "==> mypy --strict (src/rewardflow, streams)"
+    "$venv/bin/python" -m mypy
     exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
     ;;
   bench)

@@ -40,7 +40,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import faust
 import orjson
@@ -108,8 +108,8 @@ class JoinWorker:
             broker_commit_interval=1.0,
             TableManager=CommitLedger,  # records only the commits the broker confirmed
         )
-        raw = dict(key_serializer="raw", value_serializer="raw")
-        self.raw_topic = self.app.topic(settings.topic(T.RAW), partitions=settings.partitions, **raw)
+        self.raw_topic = self.app.topic(settings.topic(T.RAW), partitions=settings.partitions,
+                                        key_serializer="raw", value_serializer="raw")
         self.out_names = {name: settings.topic(name)
                           for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)}
         # value_type=bytes makes the changelog topic itself "raw" (orjson bytes written by TableStore):
@@ -146,9 +146,9 @@ class JoinWorker:
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
-        self.app.on_partitions_assigned.connect(self._on_assigned)
+        self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
         if web:
-            self.app.page("/metrics")(self._metrics_view)
+            self.app.page("/metrics")(cast(Any, self._metrics_view))
 
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
@@ -227,7 +227,8 @@ class JoinWorker:
         partition ``p`` past ``offset`` fails the way aiokafka's ``CommitFailedError: ... already
         rebalanced`` does: ``_commit`` returns False (the other partitions' offsets are committed),
         and Faust's ``_committed_offset`` moves on all the same."""
-        consumer, raw = self.app.consumer, self.raw_topic.get_topic_name()
+        consumer: Any = self.app.consumer  # (its private _commit: the hook replaces it)
+        raw = self.raw_topic.get_topic_name()
         real = consumer._commit
 
         async def commit(offsets: Any) -> bool:
@@ -284,7 +285,8 @@ class JoinWorker:
         """An offset of ``tp`` no replay can start below: the highest of the broker's committed
         offset at the assignment and every commit since that the broker confirmed. Never Faust's
         ``_committed_offset``, which also moves on a failed commit (:mod:`rewardflow_streams.commits`)."""
-        known = [c for c in (self._gaps.start_offset(partition), self.app.tables.confirmed.get(tp)) if c is not None]
+        ledger = cast(CommitLedger, self.app.tables)
+        known = [c for c in (self._gaps.start_offset(partition), ledger.confirmed.get(tp)) if c is not None]
         return max(known) if known else None
 
     def _broker_committed(self, tps: list[Any]) -> dict[Any, int | None]:
@@ -426,7 +428,7 @@ def _install_raise_fault(request_id: str) -> None:
             raise RuntimeError(f"fault hook: an event of {request_id} raises")
         real(self, st, ev, *args)
 
-    PartitionProcessor._apply = apply  # type: ignore[method-assign]
+    setattr(PartitionProcessor, "_apply", apply)  # noqa: B010 - replacing a method is the hook
     log.warning("fault hook: events of turn %s raise in the core", request_id)
 
 

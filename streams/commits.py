@@ -30,7 +30,7 @@ from typing import Any
 from faust.tables import TableManager
 
 
-class CommitLedger(TableManager):  # type: ignore[misc]  # faust's classes are untyped here
+class CommitLedger(TableManager):
     """Faust's table manager, plus the offsets of every commit the broker confirmed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

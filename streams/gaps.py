@@ -187,9 +187,10 @@ class GapGuard:
             deadline = time.monotonic() + HOLE_READ_S
             while len(out) < end - start and time.monotonic() < deadline:
                 for msg in consumer.consume(end - start - len(out), timeout=0.5):
-                    if msg.error() is None and start + len(out) == msg.offset() < end:
+                    offset = msg.offset()
+                    if msg.error() is None and offset is not None and start + len(out) == offset < end:
                         kind, ts = msg.timestamp()
-                        out.append((msg.offset(), msg.value(), msg.headers(), ts if kind else None))
+                        out.append((offset, msg.value(), msg.headers(), ts if kind else None))
             if len(out) == end - start:
                 return out
             log.warning("read %d of records %d..%d of %s[%d] directly; seeking instead",

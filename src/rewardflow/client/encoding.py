@@ -191,7 +191,7 @@ def _json_piece(fields: dict[str, Any]) -> bytes:
 
 def _nested(value: Any) -> dict[str, Any]:
     if isinstance(value, BaseModel):
-        return value.__dict__  # type: ignore[no-any-return]
+        return value.__dict__
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 

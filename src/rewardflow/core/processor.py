@@ -140,7 +140,7 @@ class PartitionProcessor:
                     if at in failed:
                         out.dead.append(failed_record(self.topic, self.partition, offset, failed[at], rec[0], now_ms))
                     else:
-                        self._step(rec[0], rec[1], offset, rec[3] if len(rec) > 3 else None, now_ms, cache, out)  # type: ignore[misc]
+                        self._step(rec[0], rec[1], offset, rec[3] if len(rec) > 3 else None, now_ms, cache, out)
                     if offset > self.last_offset:
                         self.last_offset = offset
                 break

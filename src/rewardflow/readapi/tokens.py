@@ -106,7 +106,7 @@ class TokenStore:
         grants = dict(self._load())
         token_id = secrets.token_hex(6)
         token = f"rfr_{token_id}_{secrets.token_urlsafe(32)}"
-        grant = Grant(token_id, role, name[:128], trainer, time.time())  # type: ignore[arg-type]
+        grant = Grant(token_id, role, name[:128], trainer, time.time())
         grants[token_id] = (grant, _digest(token))
         self._save(grants)
         return grant, token

@@ -86,7 +86,7 @@ class CheckpointTruth:
         self.tool_broken += broken
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {k: getattr(self, k) for k in self.__slots__ if k != "latencies_ms"}  # type: ignore[attr-defined]
+        d: dict[str, Any] = {k: getattr(self, k) for k in self.__slots__ if k != "latencies_ms"}
         n = self.turns or 1
         d.update(
             persistence_rate=self.edits_persisted / self.edits_checked if self.edits_checked else None,
