@@ -1,6 +1,7 @@
-"""Worker counters, the dead-letter ratio alarm and their Prometheus text form.
+"""Worker counters, the dead-letter ratio alarm and their Prometheus text form (prometheus_client).
 
-Contract: in-memory only, updated from the agent's loop (single thread).
+Contract: in-memory only, updated from the agent's loop (single thread); :meth:`WorkerMetrics.prometheus`
+renders the current values through a registry of this instance's own (no process-global state).
 """
 
 from __future__ import annotations
@@ -8,6 +9,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from rewardflow.core.outputs import Outputs
 
@@ -34,6 +40,7 @@ class WorkerMetrics:
         # wait = for the next batch; admit = gap check; process = the core; encode = output rows to
         # bytes and queued sends; confirm = until the sends are acknowledged
         self.stage_seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self._registry: CollectorRegistry | None = None
 
     def time(self, stage: str, seconds: float) -> None:
         """Add ``seconds`` to ``stage`` (one of :data:`STAGES`)."""
@@ -75,14 +82,32 @@ class WorkerMetrics:
         self.alarm = alarm
 
     def prometheus(self) -> str:
-        lines = []
-        for k, v in self.counters.items():
-            lines += [f"# TYPE rewardflow_{k}_total counter", f"rewardflow_{k}_total {v}"]
-        for reason, v in sorted(self.dead_by_reason.items()):
-            lines.append(f'rewardflow_dead_letters_by_reason_total{{reason="{reason}"}} {v}')
-        lines.append("# TYPE rewardflow_stage_seconds_total counter")
-        for stage, sec in self.stage_seconds.items():
-            lines.append(f'rewardflow_stage_seconds_total{{stage="{stage}"}} {sec:.6f}')
-        lines += ["# TYPE rewardflow_dead_letter_ratio gauge", f"rewardflow_dead_letter_ratio {self.dlq_ratio:.6f}",
-                  f"rewardflow_dead_letter_alarm {int(self.alarm)}"]
-        return "\n".join(lines) + "\n"
+        """The Prometheus text exposition of the current values."""
+        if self._registry is None:
+            self._registry = CollectorRegistry(auto_describe=False)
+            self._registry.register(_Collector(self))
+        return generate_latest(self._registry).decode()
+
+
+class _Collector(Collector):
+    """Yields a :class:`WorkerMetrics`' values as metric families at each scrape."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        for name, value in m.counters.items():
+            yield CounterMetricFamily(f"rewardflow_{name}", f"worker {name.replace('_', ' ')}", value=value)
+        by_reason = CounterMetricFamily("rewardflow_dead_letters_by_reason", "dead letters by reason code",
+                                        labels=["reason"])
+        for reason, value in sorted(m.dead_by_reason.items()):
+            by_reason.add_metric([reason], value)
+        yield by_reason
+        stages = CounterMetricFamily("rewardflow_stage_seconds", "seconds the agent spent per stage", labels=["stage"])
+        for stage, seconds in m.stage_seconds.items():
+            stages.add_metric([stage], seconds)
+        yield stages
+        yield GaugeMetricFamily("rewardflow_dead_letter_ratio", "dead-letter share over the sliding window",
+                                value=m.dlq_ratio)
+        yield GaugeMetricFamily("rewardflow_dead_letter_alarm", "1 while the ratio exceeds its limit", value=int(m.alarm))

@@ -68,7 +68,8 @@ def test_prometheus_text_has_every_counter_reason_stage_and_the_ratio(clock: lis
     text = m.prometheus()
     for name in m.counters:
         assert f"\nrewardflow_{name}_total " in "\n" + text
-    assert 'rewardflow_dead_letters_by_reason_total{reason="bad_json"} 20' in text
-    assert 'rewardflow_stage_seconds_total{stage="process"} 1.500000' in text
-    assert "rewardflow_state_decodes_total 2" in text and "rewardflow_dead_letter_alarm 1" in text
-    assert f"rewardflow_dead_letter_ratio {20 / 30:.6f}" in text
+    assert 'rewardflow_dead_letters_by_reason_total{reason="bad_json"} 20.0' in text
+    assert 'rewardflow_stage_seconds_total{stage="process"} 1.5' in text
+    assert "rewardflow_state_decodes_total 2.0" in text and "rewardflow_dead_letter_alarm 1.0" in text
+    assert f"rewardflow_dead_letter_ratio {20 / 30!r}" in text
+    assert "# TYPE rewardflow_dead_letters_by_reason_total counter" in text and "# TYPE rewardflow_dead_letter_ratio gauge" in text
