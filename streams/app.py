@@ -55,6 +55,7 @@ from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
 from rewardflow_streams.commits import CommitLedger
+from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.sender import OutputSender, SendFailed
@@ -130,18 +131,8 @@ class JoinWorker:
         self._admin: Any = None
         self._assigned_at = 0
         self._woken: set[int] = set()
-        # "p:offset,p:offset": records whose first delivery is lost (tests of the gap guard only)
-        self._fault_skip = {(int(p), int(o)) for p, o in (x.split(":") for x in
-                            os.environ.get("RF_FAULT_SKIP_RAW", "").split(",") if x)}
-        # "p:offset": commits of raw partition p past offset fail as during a rebalance (fault tests only)
-        fail_from = os.environ.get("RF_FAULT_FAIL_COMMITS_FROM", "")
-        self._fault_commit_from = tuple(int(x) for x in fail_from.split(":")) if fail_from else None
-        # a marker path: the first batch with a far-future tick dies after its state writes are in the
-        # changelog, before its outputs are sent, and leaves the marker (fault tests only)
-        self._fault_die_marker = os.environ.get("RF_FAULT_DIE_BEFORE_OUTPUTS", "")
-        # a request id: applying an event of that turn raises in the core (fault tests only)
-        if os.environ.get("RF_FAULT_RAISE_ON_REQUEST"):
-            _install_raise_fault(os.environ["RF_FAULT_RAISE_ON_REQUEST"])
+        self.faults = Faults.from_env()  # fault hooks of the tests (none unless RF_FAULT_* is set)
+        self._gaps.no_hole_read = self.faults.no_hole_read
         self._out_limit = min(settings.max_record_bytes, _MAX_OUTPUT_RECORD)
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
@@ -153,15 +144,14 @@ class JoinWorker:
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
         s, timed = self.settings, self.metrics.time
-        if self._fault_commit_from is not None:
-            self._install_commit_fault(*self._fault_commit_from)
+        self.faults.install(self.app.consumer, self.raw_topic.get_topic_name())
         clock = time.perf_counter()
         async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
             start = time.perf_counter()
             timed("wait", start - clock)
             by_partition: dict[int, list[Any]] = {}
             for event in events:
-                if self._fault_skip and self._skipped_by_fault(event.message):
+                if self.faults.skip_raw and self.faults.skipped(event.message):
                     continue
                 by_partition.setdefault(event.message.partition, []).append(event.message)
             done = []
@@ -195,55 +185,6 @@ class JoinWorker:
         self.metrics.counters["state_reads"] = self.store.reads
         self.metrics.counters["state_decodes"] = self.store.decodes
 
-    def _skipped_by_fault(self, msg: Any) -> bool:
-        """Fault hook of the tests: lose the first delivery of chosen records, as Faust's consumer can."""
-        key = (msg.partition, msg.offset)
-        if key not in self._fault_skip:
-            return False
-        self._fault_skip.discard(key)
-        msg.acked = True  # never acked, like a record Faust skipped
-        log.warning("fault hook: the first delivery of %s[%d]@%d is lost", msg.topic, msg.partition, msg.offset)
-        return True
-
-    async def _die_before_outputs(self, msgs: list[Any]) -> None:
-        """Fault hook of the tests (``RF_FAULT_DIE_BEFORE_OUTPUTS=<marker path>``): in the first batch
-        holding a far-future tick (watermark >= 2**52) while the marker does not exist, wait until the
-        batch's state writes are acknowledged, create the marker and exit at once (code 9): the
-        changelog has the batch's state, Kafka none of its outputs, and nothing is committed."""
-        marker = self._fault_die_marker
-        far = [m for m in msgs if record_format(m.headers) == TICK and orjson.loads(m.value or b"{}").get("wm", 0) >= 2**52]
-        if not far or os.path.exists(marker):
-            return
-        await self.sender.confirm()
-        with open(marker, "w") as f:
-            f.write(f"{msgs[0].partition}:{msgs[0].offset}..{msgs[-1].offset}")
-        log.warning("fault hook: dying after the state writes of %s[%d]@%d..%d, before its outputs",
-                    msgs[0].topic, msgs[0].partition, msgs[0].offset, msgs[-1].offset)
-        logging.shutdown()
-        os._exit(9)
-
-    def _install_commit_fault(self, partition: int, limit: int) -> None:
-        """Fault hook of the tests (``RF_FAULT_FAIL_COMMITS_FROM=p:offset``): a commit of raw
-        partition ``p`` past ``offset`` fails the way aiokafka's ``CommitFailedError: ... already
-        rebalanced`` does: ``_commit`` returns False (the other partitions' offsets are committed),
-        and Faust's ``_committed_offset`` moves on all the same."""
-        consumer: Any = self.app.consumer  # (its private _commit: the hook replaces it)
-        raw = self.raw_topic.get_topic_name()
-        real = consumer._commit
-
-        async def commit(offsets: Any) -> bool:
-            refused = {tp: off for tp, off in offsets.items()
-                       if tp.topic == raw and tp.partition == partition and off > limit}
-            if not refused:
-                return bool(await real(offsets))
-            log.warning("fault hook: commit of %s[%d] to %d refused", raw, partition, max(refused.values()))
-            rest = {tp: off for tp, off in offsets.items() if tp not in refused}
-            if rest:
-                await real(rest)
-            return False
-
-        consumer._commit = commit
-
     async def _process(self, partition: int, msgs: list[Any]) -> tuple[list[Any], Outputs] | None:
         """Process one partition's share of a batch and queue its state writes and outputs.
 
@@ -271,8 +212,8 @@ class JoinWorker:
                           proc.prune_wm, len(out.late), len(out.valid))
             mark = time.perf_counter()
             self.store.send_queued()
-            if self._fault_die_marker:
-                await self._die_before_outputs(msgs)
+            if self.faults.die_marker:
+                await self.faults.die_before_outputs(msgs, self.sender.confirm)
             self._emit(out, partition)
             timed("encode", time.perf_counter() - mark)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
@@ -417,19 +358,6 @@ def _record_ms(msg: Any) -> int | None:
     """A message's broker timestamp in ms (Faust gives seconds); the raw topic stamps LogAppendTime."""
     ts = msg.timestamp
     return None if ts is None else round(ts * 1000)
-
-
-def _install_raise_fault(request_id: str) -> None:
-    """Fault hook of the tests: applying an event of turn ``request_id`` raises inside the core."""
-    real = PartitionProcessor._apply
-
-    def apply(self: PartitionProcessor, st: Any, ev: Any, *args: Any) -> None:
-        if ev.request_id == request_id:
-            raise RuntimeError(f"fault hook: an event of {request_id} raises")
-        real(self, st, ev, *args)
-
-    setattr(PartitionProcessor, "_apply", apply)  # noqa: B010 - replacing a method is the hook
-    log.warning("fault hook: events of turn %s raise in the core", request_id)
 
 
 def _credentials(s: Settings) -> Any:

@@ -87,6 +87,7 @@ class GapGuard:
     def __init__(self, app: Any, metrics: WorkerMetrics, committed_of: Callable[[list[Any]], dict[Any, int | None]],
                  client_config: dict[str, Any], max_attempts: int = 200) -> None:
         self.app, self.metrics, self.max_attempts = app, metrics, max_attempts
+        self.no_hole_read = False  # set by the worker from its fault hooks (tests only)
         self._client_config = client_config  # librdkafka settings of the broker, to read holes directly
         self._committed_of = committed_of  # the group's committed offsets of partitions, from the broker
         self._looked_up: dict[Any, int] = {}  # start offsets of assigned partitions not delivered yet
@@ -175,7 +176,7 @@ class GapGuard:
         do not all arrive within ``HOLE_READ_S`` (blocking; run in a thread)."""
         from confluent_kafka import Consumer, TopicPartition
 
-        if os.environ.get("RF_FAULT_NO_HOLE_READ"):  # fault hook of the tests: exercise the seek
+        if self.no_hole_read:  # fault hook of the tests (rewardflow_streams.faults): exercise the seek
             log.warning("fault hook: records %d..%d of %s[%d] not read directly; seeking instead",
                         start, end - 1, topic, partition)
             return None

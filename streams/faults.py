@@ -1,0 +1,121 @@
+"""The fault hooks of the tests, behind one seam: every ``RF_FAULT_*`` variable is read here, once.
+
+Each hook reproduces, on purpose, something that happens rarely in production, so a test
+can prove the worker survives it:
+
+* ``RF_FAULT_SKIP_RAW=p:offset,…``: the first delivery of these raw records is lost, as
+  Faust's consumer can lose a record around a rebalance (the gap guard must read it again);
+* ``RF_FAULT_FAIL_COMMITS_FROM=p:offset``: commits of raw partition ``p`` past ``offset`` fail
+  as aiokafka's ``CommitFailedError: … already rebalanced`` does;
+* ``RF_FAULT_DIE_BEFORE_OUTPUTS=<marker path>``: the first batch holding a far-future tick
+  (watermark ≥ 2**52) dies after its state writes are acknowledged, before its outputs are sent;
+* ``RF_FAULT_RAISE_ON_REQUEST=<request id>``: applying an event of that turn raises in the core;
+* ``RF_FAULT_NO_HOLE_READ=1``: the gap guard does not read a hole directly (exercises its seek).
+
+Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
+outside this module reads the variables.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.ticks import TICK
+from rewardflow.events.wire import record_format
+
+log = logging.getLogger("rewardflow.streams")
+
+
+@dataclass
+class Faults:
+    """The hooks a test asked for (see the module doc)."""
+
+    skip_raw: set[tuple[int, int]] = field(default_factory=set)
+    fail_commits_from: tuple[int, int] | None = None
+    die_marker: str = ""
+    raise_on_request: str = ""
+    no_hole_read: bool = False
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        env = os.environ
+        fail = env.get("RF_FAULT_FAIL_COMMITS_FROM", "")
+        return cls(
+            skip_raw={(int(p), int(o)) for p, o in (x.split(":") for x in env.get("RF_FAULT_SKIP_RAW", "").split(",") if x)},
+            fail_commits_from=(int(fail.split(":")[0]), int(fail.split(":")[1])) if fail else None,
+            die_marker=env.get("RF_FAULT_DIE_BEFORE_OUTPUTS", ""),
+            raise_on_request=env.get("RF_FAULT_RAISE_ON_REQUEST", ""),
+            no_hole_read=bool(env.get("RF_FAULT_NO_HOLE_READ")),
+        )
+
+    def install(self, consumer: Any, raw_topic: str) -> None:
+        """Install the hooks that replace code: the failing commit and the raising core."""
+        if self.fail_commits_from is not None:
+            _fail_commits(consumer, raw_topic, *self.fail_commits_from)
+        if self.raise_on_request:
+            _raise_on(self.raise_on_request)
+
+    def skipped(self, msg: Any) -> bool:
+        """Whether this delivery of ``msg`` is to be lost (never acked, like a record Faust skipped)."""
+        key = (msg.partition, msg.offset)
+        if key not in self.skip_raw:
+            return False
+        self.skip_raw.discard(key)
+        msg.acked = True
+        log.warning("fault hook: the first delivery of %s[%d]@%d is lost", msg.topic, msg.partition, msg.offset)
+        return True
+
+    async def die_before_outputs(self, msgs: list[Any], confirm: Callable[[], Awaitable[None]]) -> None:
+        """Exit (code 9) once the state writes of a batch with a far-future tick are acknowledged, before
+        its outputs are sent, leaving the marker file; only while the marker does not exist."""
+        marker = self.die_marker
+        if not marker or os.path.exists(marker):
+            return
+        if not any(record_format(m.headers) == TICK and orjson.loads(m.value or b"{}").get("wm", 0) >= 2**52
+                   for m in msgs):
+            return
+        await confirm()
+        with open(marker, "w") as f:
+            f.write(f"{msgs[0].partition}:{msgs[0].offset}..{msgs[-1].offset}")
+        log.warning("fault hook: dying after the state writes of %s[%d]@%d..%d, before its outputs",
+                    msgs[0].topic, msgs[0].partition, msgs[0].offset, msgs[-1].offset)
+        logging.shutdown()
+        os._exit(9)
+
+
+def _fail_commits(consumer: Any, raw: str, partition: int, limit: int) -> None:
+    """A commit of ``raw`` partition ``partition`` past ``limit`` returns False (the other partitions'
+    offsets are committed), and Faust's ``_committed_offset`` moves on all the same."""
+    real = consumer._commit
+
+    async def commit(offsets: Any) -> bool:
+        refused = {tp: off for tp, off in offsets.items()
+                   if tp.topic == raw and tp.partition == partition and off > limit}
+        if not refused:
+            return bool(await real(offsets))
+        log.warning("fault hook: commit of %s[%d] to %d refused", raw, partition, max(refused.values()))
+        rest = {tp: off for tp, off in offsets.items() if tp not in refused}
+        if rest:
+            await real(rest)
+        return False
+
+    consumer._commit = commit
+
+
+def _raise_on(request_id: str) -> None:
+    real = PartitionProcessor._apply
+
+    def apply(self: PartitionProcessor, st: Any, ev: Any, *args: Any) -> None:
+        if ev.request_id == request_id:
+            raise RuntimeError(f"fault hook: an event of {request_id} raises")
+        real(self, st, ev, *args)
+
+    setattr(PartitionProcessor, "_apply", apply)  # noqa: B010 - replacing a method is the hook
+    log.warning("fault hook: events of turn %s raise in the core", request_id)
