@@ -105,13 +105,11 @@ def create_app(service: ReadService) -> FastAPI:
 
     @app.post("/query")
     async def query(request: Request) -> Response:
-        grant, body = _authorized(service, request), await _body(request, limit)
-        if isinstance(grant, Response):
-            return grant
-        if isinstance(body, Response):
-            return body
+        admitted = await _admitted(service, request, limit)
+        if isinstance(admitted, Response):
+            return admitted
         try:
-            sql, parameters, database = _query_of(body, request.headers.get("content-type", ""))
+            sql, parameters, database = _query_of(admitted[1], request.headers.get("content-type", ""))
         except ValueError as exc:
             return PlainTextResponse(str(exc), 400)
         if not service.slots.acquire(blocking=False):
@@ -128,11 +126,10 @@ def create_app(service: ReadService) -> FastAPI:
 
     @app.post("/cursor")
     async def cursor(request: Request) -> Response:
-        grant, body = _authorized(service, request), await _body(request, limit)
-        if isinstance(grant, Response):
-            return grant
-        if isinstance(body, Response):
-            return body
+        admitted = await _admitted(service, request, limit)
+        if isinstance(admitted, Response):
+            return admitted
+        grant, body = admitted
         try:
             doc = orjson.loads(body)
             trainer, position, rows, filters = str(doc["trainer"]), int(doc["cursor"]), int(doc["rows"]), str(doc["filters"])
@@ -150,6 +147,15 @@ def create_app(service: ReadService) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+async def _admitted(service: ReadService, request: Request, limit: int) -> tuple[Grant, bytes] | Response:
+    """The request's grant and body, or the response refusing it: 401 before the body is read, 413."""
+    grant = _authorized(service, request)
+    if isinstance(grant, Response):
+        return grant
+    body = await _body(request, limit)
+    return body if isinstance(body, Response) else (grant, body)
 
 
 def _authorized(service: ReadService, request: Request) -> Grant | Response:
