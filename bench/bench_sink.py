@@ -139,7 +139,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def run_sink(settings: Settings, db: str, topic: str, logical: str, table: str, rows: int, records: int, in_flight: int = 2) -> float:
     sink = RewardSink(settings, topics={topic: logical}, database=db, group_id=f"bench-{uuid.uuid4().hex}",
-                      serve_reads=False, in_flight=in_flight)
+                      in_flight=in_flight)
     deadline = time.monotonic() + 600
     while sink.poll_once(timeout=0.05) == 0:  # the group join is not part of the throughput
         if time.monotonic() > deadline:

@@ -127,12 +127,6 @@ class Settings(BaseSettings):
     def _coherent(self) -> Settings:
         if not self.clickhouse_dsn.get_secret_value():
             self.clickhouse_dsn = SecretStr(f"chdb://{(self.home / 'chdb').resolve()}")
-        from rewardflow.clickhouse.dsn import DsnError, parse_dsn
-
-        try:
-            parse_dsn(self.clickhouse_dsn.get_secret_value())
-        except DsnError as exc:
-            raise ValueError(f"REWARDFLOW_CLICKHOUSE_DSN: {exc}") from None
         if sorted(set(self.horizons_s)) != self.horizons_s or not self.horizons_s:
             raise ValueError("horizons_s must be a non-empty, strictly increasing list of seconds")
         if any(h <= 0 for h in self.horizons_s):

@@ -22,7 +22,7 @@ from rewardflow.core.records import WindowAggregate
 from rewardflow.core.turn import TurnState
 from rewardflow.core.windows import WindowBook
 from rewardflow.events.models import EVENT_MODELS, Producer
-from rewardflow.rewards.score import score
+from rewardflow.core.score import score
 from rewardflow.rewards.spec import RewardSpec, RewardWeights, bundled_specs_dir, load_spec
 from rewardflow.sim.profiles import baseline_profile, candidate_profile
 from rewardflow.sim.turns import SessionContext, draft_turn

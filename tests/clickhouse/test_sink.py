@@ -23,7 +23,7 @@ def _count(client: Any, table: str, final: bool = False) -> int:
 def _sink(ch_db: ChDatabase, kafka_broker: Any, topic: str, logical: str, group: str, **kw: Any) -> RewardSink:
     settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, sink_batch_rows=kw.pop("rows", 40),
                               sink_batch_seconds=kw.pop("seconds", 0.2))
-    return RewardSink(settings, topics={topic: logical}, group_id=group, serve_reads=False, **kw)
+    return RewardSink(settings, topics={topic: logical}, group_id=group, **kw)
 
 
 def test_rows_land_once_even_when_the_whole_topic_is_replayed(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
@@ -105,7 +105,7 @@ def test_a_rejected_row_goes_to_dead_letters_and_the_partition_moves_on(ch_db: C
 def test_auto_commit_is_refused(ch_db: ChDatabase, kafka_broker: Any) -> None:
     settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap)
     with pytest.raises(SinkConfigError, match="enable.auto.commit"):
-        RewardSink(settings, consumer_overrides={"enable.auto.commit": True}, serve_reads=False)
+        RewardSink(settings, consumer_overrides={"enable.auto.commit": True})
 
 
 def test_sink_thread_serves_reads_while_running_and_flushes_on_stop(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
@@ -116,7 +116,10 @@ def test_sink_thread_serves_reads_while_running_and_flushes_on_stop(ch_db: ChDat
 
     topic = unique_topic("rewards")
     settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, sink_batch_rows=1_000_000, sink_batch_seconds=3600)
-    sink = RewardSink(settings, topics={topic: "rewards"}, group_id=unique_group, serve_reads=ch_db.dsn.embedded)
+    from rewardflow.readapi.server import ReadServer
+
+    sink = RewardSink(settings, topics={topic: "rewards"}, group_id=unique_group)
+    reads = ReadServer(sink.dsn, settings).start() if ch_db.dsn.embedded else None  # as rewardflow run does
     stop = threading.Event()
     thread = threading.Thread(target=sink.run, args=(stop,))
     thread.start()
@@ -138,6 +141,8 @@ def test_sink_thread_serves_reads_while_running_and_flushes_on_stop(ch_db: ChDat
     finally:
         stop.set()
         thread.join(60)
+        if reads is not None:
+            reads.stop()
     assert not thread.is_alive()
     assert _count(ch_db.client, "rewards") == 30  # close() flushed
     assert committed(kafka_broker.bootstrap, unique_group, topic, 1) == {0: 10}  # ... and committed

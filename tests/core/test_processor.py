@@ -15,7 +15,7 @@ from rewardflow.core.config import DictStore, EncodedStore
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
-from rewardflow.rewards.score import score
+from rewardflow.core.score import score
 from tests.core.feed import CFG, JSON_H, SPECS, TICK_H, Feed, avro_record, json_record
 from tests.factories import T0, ev, turn
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rewardflow.core.turn import _COUNTERS, TurnOutcome, TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.events.validate import validate_event
-from rewardflow.rewards.score import score
+from rewardflow.core.score import score
 from rewardflow.rewards.spec import RewardSpec
 from tests.factories import T0, ev, turn
 

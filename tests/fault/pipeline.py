@@ -46,7 +46,7 @@ class SinkThread:
     """``RewardSink.run`` on a thread; :meth:`stop` sets its stop event and joins (close flushes, commits)."""
 
     def __init__(self, settings: Settings, fault: Callable[[str], None] | None = None) -> None:
-        self.sink = RewardSink(settings, group_id=sink_group(settings), fault=fault, serve_reads=False)
+        self.sink = RewardSink(settings, group_id=sink_group(settings), fault=fault)
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-sink", daemon=True)

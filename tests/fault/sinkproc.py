@@ -73,7 +73,7 @@ def run() -> None:
     # a SIGKILLed member keeps its partitions until its session times out (librdkafka: 45 s); shorter here
     timeout_ms = int(os.environ.get("RF_FAULT_SESSION_TIMEOUT_MS", "6000"))
     overrides = {"session.timeout.ms": timeout_ms, "heartbeat.interval.ms": max(500, timeout_ms // 6)}
-    sink = RewardSink(settings, group_id=sink_group(settings), serve_reads=False, consumer_overrides=overrides)
+    sink = RewardSink(settings, group_id=sink_group(settings), consumer_overrides=overrides)
     log.info("sink running (kill at commit #%d)", kill_at)
     sink.run(stop)
     log.info("sink stopped: %s", sink.metrics.snapshot())

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewardflow.core.turn import TurnOutcome
-from rewardflow.rewards.score import components, reward_id, score
+from rewardflow.core.score import components, reward_id, score
 from rewardflow.rewards.spec import RewardSpec, RewardWeights
 from tests.factories import T0
 

@@ -131,7 +131,7 @@ def test_sink_warns_clickhouse_unavailable_with_the_dsn_masked(
     assert p.flush(10) == 0
     settings = Settings(home=tmp_path, kafka_bootstrap=kafka_broker.bootstrap, sink_batch_seconds=0.1,
                         clickhouse_dsn=f"http://rf-user:{CH_SECRET}@127.0.0.1:{closed_port()}/rf")
-    sink = RewardSink(settings, topics={topic: "rewards"}, group_id=unique_group, serve_reads=False)
+    sink = RewardSink(settings, topics={topic: "rewards"}, group_id=unique_group)
     try:
         deadline = time.monotonic() + 30
         while sink.metrics.retries < 1 and time.monotonic() < deadline:

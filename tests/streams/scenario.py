@@ -15,7 +15,7 @@ from typing import Any
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
 from rewardflow.rewards.registry import active_specs
-from rewardflow.rewards.score import score
+from rewardflow.core.score import score
 from rewardflow.settings import Settings
 from tests.factories import ev
 from tests.streams.replay import on_wire

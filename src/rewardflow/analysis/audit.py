@@ -11,7 +11,7 @@ those samples would have had:
 * ``late``: events after their turn was finalised. Each affected turn is
   rescored from its stored events *plus* its late events with the stream's
   own pure code (:class:`~rewardflow.core.turn.TurnState` and
-  :func:`~rewardflow.rewards.score.score`) and diffed against the stored reward.
+  :func:`~rewardflow.core.score.score`) and diffed against the stored reward.
 * ``orphan``: turns without ``InferenceServed``: no checkpoint, latency or
   tokens, so they cannot be scored (n/a).
 * ``spec``: specs cannot exclude samples in this design — every component is
@@ -42,7 +42,7 @@ from rewardflow.core.records import RewardRecord
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
 from rewardflow.rewards.diff import RewardDiff, diff_rewards
-from rewardflow.rewards.score import score
+from rewardflow.core.score import score
 from rewardflow.rewards.spec import RewardSpec
 
 Row = Mapping[str, Any]

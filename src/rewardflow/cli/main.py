@@ -12,6 +12,7 @@ import sys
 
 import typer
 
+from rewardflow.clickhouse.dsn import DsnError
 from rewardflow.settings import SettingsError
 
 app = typer.Typer(
@@ -52,6 +53,9 @@ def main() -> None:
         app()
     except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except DsnError as exc:  # (parsed where the DSN is first used)
+        typer.echo(f"error: invalid configuration: REWARDFLOW_CLICKHOUSE_DSN: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)

@@ -41,20 +41,6 @@ def ensure_kafka(settings: Settings, start: bool) -> None:
     typer.echo(f"started local Kafka at {info.bootstrap} (pid {info.pid})")
 
 
-def migrate_db(settings: Settings) -> None:
-    from rewardflow.clickhouse.connect import as_dsn, get_client
-    from rewardflow.clickhouse.migrate import ensure_database, migrate
-
-    from rewardflow.rewards.registry import check_and_register, load_dir, select_active, specs_dir
-
-    dsn = as_dsn(settings.dsn)
-    ensure_database(dsn)
-    client = get_client(dsn=dsn)
-    migrate(client, events_ttl_days=settings.events_ttl_days)
-    # A spec whose content changed under an already-registered version is refused here, at start.
-    check_and_register(cast(Any, client), select_active(load_dir(specs_dir(settings)), settings.active_spec_versions))
-
-
 class StatusLine(threading.Thread):
     """Logs one structured status line every ``interval`` seconds."""
 
@@ -108,13 +94,15 @@ def command(
     parts: dict[str, Any] = {}
     stop = threading.Event()
     thread: threading.Thread | None = None
+    reads: Any = None
     if sink:
         from rewardflow.clickhouse.errors import ClickHouseError
         from rewardflow.clickhouse.sink import RewardSink
+        from rewardflow.rewards.registry import prepare_database
         from rewardflow.rewards.spec import SpecError
 
         try:
-            migrate_db(settings)
+            prepare_database(settings)
             parts["sink"] = sink_obj = RewardSink(settings)
         except (ClickHouseError, SpecError) as exc:
             _fail(str(exc))
@@ -124,11 +112,15 @@ def command(
             _fail(f"cannot prepare ClickHouse: {clean_message(exc)}")
         thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
         thread.start()
+        if sink_obj.dsn.embedded:  # this process owns the chDB directory: everyone else reads through it
+            reads = _read_endpoint(settings, sink_obj.dsn)
 
     def stop_sink() -> None:
         stop.set()
         if thread is not None:
             thread.join()
+        if reads is not None:
+            reads.stop()
 
     if sink and monitor_interval > 0:
         from rewardflow.monitor import MonitorLoop
@@ -151,6 +143,17 @@ def command(
         status.stopped.set()
         stop_sink()
     raise typer.Exit(code)
+
+
+def _read_endpoint(settings: Settings, dsn: Any) -> Any:
+    """The owner's read endpoint, started; None (logged) when its address is taken."""
+    from rewardflow.readapi.server import ReadServer
+
+    try:
+        return ReadServer(dsn, settings).start()
+    except OSError as exc:
+        log.error("read endpoint not started: %s", exc.strerror or exc)
+        return None
 
 
 def _wait_for_signal() -> None:

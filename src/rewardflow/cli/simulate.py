@@ -33,11 +33,9 @@ from rewardflow.settings import Settings, load_settings
 from rewardflow.sim.config import SimConfig, ab_config, default_start_ms
 from rewardflow.sim.generator import SendGroup, Simulator
 from rewardflow.sim.profiles import HACKS, Hack
+from rewardflow.sim.send import WireFormat, hack_of, send_simulation
 from rewardflow.sim.truth import GroundTruth
 
-WireFormat = Literal["avro", "json"]
-
-_HEADERS: list[tuple[str, str | bytes | None]] = [("rf-format", b"json")]
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -55,50 +53,6 @@ def _check_broker(settings: Settings, topic: str) -> None:
         raise _fail(f"no Kafka broker answered at {settings.kafka_bootstrap} ({exc}); start one with `rewardflow kafka up`") from None
     if topic not in meta.topics:
         raise _fail(f"topic {topic} does not exist on {settings.kafka_bootstrap}; create the topics first")
-
-
-def send_simulation(sim: Simulator, settings: Settings, fmt: WireFormat, sync_ms: int, console: Console) -> tuple[Any, int]:
-    """Send the whole stream; returns (SDK stats, malformed records sent)."""
-    from confluent_kafka import Producer
-
-    from rewardflow.client import EventProducer, ProducerConfig
-
-    cfg, topic = sim.config, settings.topic(topics.RAW)
-    raw = Producer(settings.kafka_client_config())
-    est_end = cfg.end_of_starts_ms + cfg.turns_per_session * 90_000 + cfg.settle_ms
-    malformed, last_sync, t0 = 0, cfg.start_ms, time.monotonic()
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[sent]:>9,} events"),
-               TextColumn("sim {task.fields[clock]}"), TimeElapsedColumn())
-    with EventProducer(settings, ProducerConfig(wire_format=fmt, block_timeout_s=60.0)) as sdk, \
-            Progress(*columns, console=console) as progress:
-        task = progress.add_task("simulating", total=est_end - cfg.start_ms, sent=0, clock="+0 s")
-
-        def sync() -> None:
-            sdk.flush()
-            raw.flush()
-
-        for g in sim.stream():
-            if cfg.time_scale > 0:
-                time.sleep(max(0.0, t0 + g.send_at_s - time.monotonic()))
-            if g.late or g.due_ms - last_sync >= sync_ms:
-                sync()
-                last_sync = g.due_ms
-            if g.raw is not None:
-                raw.produce(topic, g.raw, g.session_id.encode(), headers=_HEADERS)
-                raw.poll(0)
-                malformed += 1
-            else:
-                for event in g.events:
-                    sdk.emit(event)
-            _advance(progress, task, g, cfg, sim)
-        sync()
-        progress.update(task, completed=est_end - cfg.start_ms)
-        return sdk.flush(), malformed
-
-
-def _advance(progress: Progress, task: Any, g: SendGroup, cfg: SimConfig, sim: Simulator) -> None:
-    progress.update(task, completed=g.due_ms - cfg.start_ms, sent=sim.events_sent,
-                    clock=f"+{(g.due_ms - cfg.start_ms) // 1000:,} s")
 
 
 def summary_table(truth: GroundTruth, sent: int | None, malformed: int | None) -> Table:
@@ -143,7 +97,7 @@ def command(
         raise _fail(f"--hack {hack!r}: use one of {', '.join(HACKS)}")
     settings = load_settings(**({"kafka_bootstrap": bootstrap} if bootstrap else {}))
     try:
-        cfg = ab_config(baseline_checkpoint, candidate_checkpoint, hack=_hack(hack), noise=noise, sessions=sessions,
+        cfg = ab_config(baseline_checkpoint, candidate_checkpoint, hack=hack_of(hack), noise=noise, sessions=sessions,
                         turns_per_session=turns_per_session, seed=seed, time_scale=time_scale, duration_s=duration_s,
                         start_ms=start_ms if start_ms is not None else default_start_ms(
                             int(time.time() * 1000), duration_s=duration_s, turns_per_session=turns_per_session,
@@ -173,10 +127,3 @@ def command(
     if truth_out is not None:
         truth_out.write_bytes(sim.truth.to_json())
         console.print(f"ground truth written to {truth_out}")
-
-
-def _hack(name: str | None) -> Hack | None:
-    for h in HACKS:
-        if h == name:
-            return h
-    return None

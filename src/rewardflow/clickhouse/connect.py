@@ -29,7 +29,7 @@ from rewardflow.clickhouse.enginelock import claim_engine, probe_engine
 from rewardflow.clickhouse.errors import ClickHouseError, EngineBusyError, ReaderUnavailable
 from rewardflow.clickhouse.readers import LocalReader, Reader
 from rewardflow.clickhouse.readonly import read_settings
-from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
+from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive, read_local_token
 from rewardflow.settings import Settings
 
 _BUSY_MARK = "Error initializing EmbeddedServer"
@@ -105,8 +105,6 @@ def client_token(settings: Settings) -> str | None:
     (readable only by the user the owner runs as), else None."""
     if settings.read_token is not None:
         return settings.read_token.get_secret_value()
-    from rewardflow.readapi.tokens import read_local_token
-
     return read_local_token(settings.home)
 
 

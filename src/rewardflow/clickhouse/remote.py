@@ -36,6 +36,16 @@ from rewardflow.clickhouse.readonly import ReadOnlyViolation
 
 SERVICE = "rewardflow-read"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+LOCAL_TOKEN_FILE = "read.token"
+"""Under ``$REWARDFLOW_HOME``: the owner's token for readers of the same OS user (written by the endpoint)."""
+
+
+def read_local_token(home: Path) -> str | None:
+    """The local owner token, or None when there is none or this user may not read it."""
+    try:
+        return (home / LOCAL_TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _context(url: str, cafile: Path | None) -> ssl.SSLContext | None:

@@ -68,8 +68,8 @@ class RewardSink:
 
     ``topics``: logical output topics (under ``settings.topic_prefix``), or a
     mapping full topic -> logical topic. ``database`` overrides the DSN's.
-    ``serve_reads`` (default: when the DSN is chDB) starts the owner's read
-    endpoint on ``settings.web_host:web_port``. ``in_flight``: inserts running at
+    With chDB, the process that runs the sink owns the directory; ``rewardflow run``
+    serves the read endpoint (:mod:`rewardflow.readapi`) beside it. ``in_flight``: inserts running at
     once (different partitions; each partition stays in order). ``fault`` is a
     test hook called before every insert. Raises ``SinkConfigError`` (auto-commit configured,
     unknown topic) or ``EngineBusyError`` (chDB directory owned elsewhere).
@@ -84,7 +84,6 @@ class RewardSink:
         database: str | None = None,
         consumer_overrides: Mapping[str, Any] | None = None,
         fault: Fault | None = None,
-        serve_reads: bool | None = None,
         in_flight: int = 2,
     ) -> None:
         self.settings = settings
@@ -102,22 +101,6 @@ class RewardSink:
         self._closed = False
         self._consumer = Consumer(config)
         self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        self._server: Any = None
-        if serve_reads if serve_reads is not None else self.dsn.embedded:
-            self._start_server()
-
-    def _start_server(self) -> None:
-        try:
-            from rewardflow.readapi.server import ReadServer
-
-            self._server = ReadServer(self.dsn, self.settings).start()
-        except OSError as exc:
-            log.error("read endpoint not started on %s:%s: %s", self.settings.web_host, self.settings.web_port, exc)
-
-    @property
-    def read_url(self) -> str | None:
-        """URL of this process's read endpoint, if it serves one."""
-        return self._server.url if self._server is not None else None
 
     # --- consume + decode + batch --------------------------------------------
     def poll_once(self, timeout: float = 0.1) -> int:
@@ -206,6 +189,4 @@ class RewardSink:
         if left:
             log.warning("sink closing with %d rows unwritten; their offsets are not committed and will be re-read", left)
         self._consumer.close()
-        if self._server is not None:
-            self._server.stop()
         self._flusher.close()

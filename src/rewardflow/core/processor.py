@@ -52,8 +52,8 @@ from rewardflow.events.errors import DecodeError
 from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
 from rewardflow.events.wire import decode_record, record_format
-from rewardflow.rewards.score import score
-from rewardflow.rewards.spec import RewardSpec
+from rewardflow.core.score import score
+from rewardflow.core.spec import RewardSpec
 
 Record = tuple[bytes | None, Any, int] | tuple[bytes | None, Any, int, int | None]
 """A raw record: value, headers, offset and, where known, its broker timestamp (ms)."""

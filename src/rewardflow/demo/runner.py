@@ -78,7 +78,7 @@ class DemoRunner:
                 self.started_broker.down()
 
     def _start(self) -> None:
-        from rewardflow.cli.run import migrate_db
+        from rewardflow.rewards.registry import prepare_database
         from rewardflow.clickhouse.sink import RewardSink
         from rewardflow.kafka_local import LocalBroker
         from rewardflow.kafka_local.admin import metadata_ready
@@ -92,8 +92,8 @@ class DemoRunner:
             self.started_broker = broker
         ensure_topics(s)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        migrate_db(s)
-        self.sink = RewardSink(s, serve_reads=False)
+        prepare_database(s)
+        self.sink = RewardSink(s)
         self._sink_thread = threading.Thread(target=self.sink.run, args=(self._stop,), name="demo-sink")
         self._sink_thread.start()
         self.worker.start()
@@ -109,14 +109,14 @@ class DemoRunner:
 
     # ------------------------------------------------------------------ steps
     def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool, kind: str) -> Any:
-        from rewardflow.cli.simulate import _hack, send_simulation
+        from rewardflow.sim.send import hack_of, send_simulation
         from rewardflow.sim.config import ab_config
         from rewardflow.sim.generator import Simulator
         from rewardflow.sim.profiles import CANDIDATE_KINDS
 
         s = self.settings
         candidate_kind = next(k for k in CANDIDATE_KINDS if k == kind)
-        cfg = ab_config("ckpt-base", "ckpt-cand", hack=_hack(hack), candidate_kind=candidate_kind, noise=noise,
+        cfg = ab_config("ckpt-base", "ckpt-cand", hack=hack_of(hack), candidate_kind=candidate_kind, noise=noise,
                         sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
                         grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
         sim = Simulator(cfg)

@@ -32,11 +32,11 @@ from typing import Any, Literal
 import orjson
 
 from rewardflow.clickhouse.readers import TRAINER_NAME
+from rewardflow.clickhouse.remote import LOCAL_TOKEN_FILE, read_local_token
 
 Role = Literal["analyst", "trainer", "owner"]
 ROLES: tuple[Role, ...] = ("analyst", "trainer", "owner")
 TOKENS_FILE = "read-tokens.json"
-LOCAL_TOKEN_FILE = "read.token"
 _TOKEN = re.compile(r"^rfr_([0-9a-f]{12})_[A-Za-z0-9_-]{20,}$")
 
 
@@ -142,14 +142,6 @@ def ensure_local_token(home: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token)
-
-
-def read_local_token(home: Path) -> str | None:
-    """The local owner token, or None when there is none or this user may not read it."""
-    try:
-        return (home / LOCAL_TOKEN_FILE).read_text().strip() or None
-    except OSError:
-        return None
 
 
 def _digest(token: str) -> str:

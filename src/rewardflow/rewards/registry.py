@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rewardflow.clickhouse.ddl import create_table
 from rewardflow.clickhouse.tables_state import REWARD_SPECS
@@ -154,3 +154,17 @@ def check_and_register(client: LedgerClient, specs: Iterable[SpecFile | RewardSp
         client.insert(REWARD_SPECS_TABLE.name, rows, column_names=list(REWARD_SPECS_TABLE.record_columns),
                       settings={"insert_deduplication_token": token})
     return sorted(new)
+
+
+def prepare_database(settings: Any) -> None:
+    """Make the configured database ready for a run: create it, apply the migrations, and register the
+    active reward specs. Raises :class:`SpecError` when a spec's content changed under a registered
+    version (refused at start)."""
+    from rewardflow.clickhouse.connect import as_dsn, get_client
+    from rewardflow.clickhouse.migrate import ensure_database, migrate
+
+    dsn = as_dsn(settings.dsn)
+    ensure_database(dsn)
+    client = get_client(dsn=dsn)
+    migrate(client, events_ttl_days=settings.events_ttl_days)
+    check_and_register(cast(Any, client), select_active(load_dir(specs_dir(settings)), settings.active_spec_versions))

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from rewardflow.core.records import RewardRecord, id_of_joined
 from rewardflow.core.turn import TurnOutcome
-from rewardflow.rewards.spec import RewardSpec
+from rewardflow.core.spec import RewardSpec
 
 
 _COUNTED = ("accept", "reject", "undo", "revert", "dissatisfied", "tool_broken", "tool_error", "clarifying")
