@@ -65,8 +65,8 @@ from rewardflow.clickhouse.connect import get_client
 from rewardflow.clickhouse.ddl import create_database
 from rewardflow.clickhouse.dsn import parse_dsn
 from rewardflow.clickhouse.migrate import migrate
-from rewardflow.clickhouse.sink import RewardSink
-from rewardflow.clickhouse.writer import STRICT_INPUT
+from rewardflow.sink.route import RewardSink
+from rewardflow.sink.writer import STRICT_INPUT
 from rewardflow.kafka_local.admin import create_topics, delete_topics
 from rewardflow.settings import Settings
 from rewardflow.trainer.reader import RewardReader

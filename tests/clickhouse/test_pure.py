@@ -6,14 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 import pytest
 
 from rewardflow.clickhouse.dsn import DsnError, mask_dsn, parse_dsn
 from rewardflow.clickhouse.enginelock import LOCK_FILE, claim_engine, probe_engine
 from rewardflow.clickhouse.errors import EngineBusyError, clean_message
-from rewardflow.clickhouse.process import MessageRejected, line_from_message, rows_from_message
-from tests.clickhouse.rows import reward
 
 def test_dsn_forms_and_database_selection() -> None:
     d = parse_dsn("chdb:///var/lib/rf")
@@ -39,29 +36,6 @@ def test_passwords_never_shown() -> None:
     with pytest.raises(DsnError) as info:
         parse_dsn("gopher://bob:hunter2@x")
     assert "hunter2" not in str(info.value)
-
-
-def test_rows_from_message_is_the_decoded_list() -> None:
-    rows = [reward(1), reward(2)]
-    value = orjson.dumps(rows, option=orjson.OPT_NON_STR_KEYS)
-    table, got = rows_from_message("rewards", value)
-    assert table == "rewards" and [g["reward_id"] for g in got] == [r["reward_id"] for r in rows]
-    for bad, code in ((b"{}", "sink_not_a_list"), (b"[1,2]", "sink_not_a_list"), (b"nope", "sink_bad_json"), (None, "sink_null_value")):
-        with pytest.raises(MessageRejected) as info:
-            rows_from_message("rewards", bad)
-        assert info.value.reason_code == code
-    with pytest.raises(KeyError):
-        rows_from_message("events.raw", value)
-
-
-def test_line_from_message_frames_without_parsing() -> None:
-    value = orjson.dumps([reward(1), reward(2), reward(3)], option=orjson.OPT_NON_STR_KEYS)
-    line = line_from_message("rewards", value)
-    assert (line.table, line.rows) == ("rewards", 3)
-    assert orjson.loads(b"[" + line.body + b"]") == orjson.loads(value)
-    assert line_from_message("rewards", b" [] ").rows == 0
-    with pytest.raises(MessageRejected):
-        line_from_message("rewards", b'{"reward_id": 1}')
 
 
 def test_clean_message_is_one_line_without_repeats_or_version() -> None:

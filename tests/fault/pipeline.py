@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardflow import topics as T
-from rewardflow.clickhouse.sink import RewardSink
+from rewardflow.sink.route import RewardSink
 from rewardflow.demo.worker_proc import ChildProcess, WorkerProcess, settings_env
 from rewardflow.lag import group_lag
 from rewardflow.settings import Settings

@@ -21,7 +21,6 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-import orjson
 from confluent_kafka import Producer
 
 from rewardflow import topics as T

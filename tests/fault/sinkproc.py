@@ -1,7 +1,7 @@
 """The ClickHouse sink as a killable subprocess, and a reader for a chDB directory it owned.
 
 ``python -m tests.fault.sinkproc run``: settings from ``REWARDFLOW_*``;
-migrates, then runs :class:`~rewardflow.clickhouse.sink.RewardSink` until
+migrates, then runs :class:`~rewardflow.sink.route.RewardSink` until
 SIGTERM (with ``RF_FAULT_STOP_MERGES=1``, background merges stopped: see
 :func:`tests.fault.verify.stop_merges`). With ``RF_FAULT_KILL_AT_COMMIT=N``
 (N > 0) the process SIGKILLs itself at its N-th offset commit that includes
@@ -27,8 +27,8 @@ import orjson
 
 from rewardflow.clickhouse.connect import as_dsn, get_client
 from rewardflow.clickhouse.migrate import ensure_database, migrate
-from rewardflow.clickhouse.sink import RewardSink
-from rewardflow.clickhouse.sinkflush import Flusher
+from rewardflow.sink.route import RewardSink
+from rewardflow.sink.flush import Flusher
 from rewardflow.settings import load_settings
 from tests.fault.pipeline import sink_group
 from tests.fault.verify import collect, stop_merges

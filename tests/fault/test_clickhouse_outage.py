@@ -51,7 +51,7 @@ class Outage:
 def test_clickhouse_down_for_seconds_mid_stream_loses_and_duplicates_nothing(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, caplog: pytest.LogCaptureFixture,
         record_property: Any) -> None:
-    caplog.set_level(logging.WARNING, logger="rewardflow.clickhouse.sink")
+    caplog.set_level(logging.WARNING, logger="rewardflow.sink.route")
     # small worker batches: the whole workload would otherwise reach the sink in a handful of
     # large records, and the outage must begin while rows are still arriving
     d = deployment(worker_batch_records=20)

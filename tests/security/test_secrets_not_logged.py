@@ -122,7 +122,7 @@ def test_sink_warns_clickhouse_unavailable_with_the_dsn_masked(
         caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
     from confluent_kafka import Producer
 
-    from rewardflow.clickhouse.sink import RewardSink
+    from rewardflow.sink.route import RewardSink
 
     caplog.set_level(logging.DEBUG)
     topic = unique_topic("rewards")

@@ -11,7 +11,7 @@ import pytest
 from rewardflow import topics as T
 from rewardflow.events.wire import decode_record
 from tests.factories import T0, ev, turn
-from tests.streams.kafka_io import OutputCollector, avro_record, json_record, tick_record
+from tests.streams.kafka_io import avro_record, json_record, tick_record
 from tests.streams.scenario import expected_finals, strip_timing, varied_turn
 
 pytestmark = pytest.mark.kafka

@@ -13,7 +13,7 @@ from rewardflow.clickhouse.remote import RemoteReader
 from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.trainer.reader import RewardReader
 from tests.clickhouse.rows import insert, reward
-from tests.conftest_clickhouse import ChDatabase, free_port
+from tests.conftest_clickhouse import ChDatabase
 
 pytestmark = pytest.mark.clickhouse
 

@@ -92,7 +92,7 @@ class Store:
     def insert(self, table: str, rows: Sequence[Any], token: str) -> int:
         """One JSONEachRow insert under ``token`` (a replayed token is dropped by ClickHouse)."""
         from rewardflow.clickhouse.catalog import table as table_def
-        from rewardflow.clickhouse.writer import STRICT_INPUT
+        from rewardflow.sink.writer import STRICT_INPUT
 
         assert self.client is not None, "store opened read-only"
         body = b"\n".join(orjson.dumps(r, option=orjson.OPT_NON_STR_KEYS) for r in rows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 import typer
 
@@ -97,7 +97,7 @@ def command(
     reads: Any = None
     if sink:
         from rewardflow.clickhouse.errors import ClickHouseError
-        from rewardflow.clickhouse.sink import RewardSink
+        from rewardflow.sink.route import RewardSink
         from rewardflow.rewards.registry import prepare_database
         from rewardflow.rewards.spec import SpecError
 

@@ -20,19 +20,18 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rewardflow import topics
 from rewardflow.settings import Settings, load_settings
-from rewardflow.sim.config import SimConfig, ab_config, default_start_ms
-from rewardflow.sim.generator import SendGroup, Simulator
-from rewardflow.sim.profiles import HACKS, Hack
+from rewardflow.sim.config import ab_config, default_start_ms
+from rewardflow.sim.generator import Simulator
+from rewardflow.sim.profiles import HACKS
 from rewardflow.sim.send import WireFormat, hack_of, send_simulation
 from rewardflow.sim.truth import GroundTruth
 

@@ -10,7 +10,7 @@ partition keys and TTLs use the same conversion.
 Deduplication: every sink-fed table is a ReplacingMergeTree keyed by the
 record's deterministic id, so a row delivered twice collapses at merge time,
 and readers use ``FINAL`` or ``argMax`` until then. Insert tokens
-(:mod:`.writer`) drop a replayed batch before it is even stored. Partition
+(:mod:`rewardflow.sink.writer`) drop a replayed batch before it is even stored. Partition
 keys are functions of a row's identity (event time, never wall time), so all
 copies of a key share a partition - merges only collapse within one.
 """

@@ -36,9 +36,7 @@ Delivery contract (at-least-once with deterministic ids):
 from __future__ import annotations
 
 import heapq
-from typing import Any, cast
-
-import orjson
+from typing import Any
 
 from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.outputs import Outputs, dead_letter, event_json, event_row, exclusion, failed_record, turn_exclusion

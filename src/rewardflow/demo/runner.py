@@ -79,7 +79,7 @@ class DemoRunner:
 
     def _start(self) -> None:
         from rewardflow.rewards.registry import prepare_database
-        from rewardflow.clickhouse.sink import RewardSink
+        from rewardflow.sink.route import RewardSink
         from rewardflow.kafka_local import LocalBroker
         from rewardflow.kafka_local.admin import metadata_ready
         from rewardflow.provision import ensure_topics

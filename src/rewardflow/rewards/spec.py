@@ -18,6 +18,8 @@ from pydantic import ValidationError
 from rewardflow.core.spec import RewardSpec as RewardSpec
 from rewardflow.core.spec import RewardWeights as RewardWeights
 
+__all__ = ["RewardSpec", "RewardWeights", "SpecError", "bundled_specs_dir", "load_spec"]
+
 
 class SpecError(ValueError):
     """A reward spec file is unreadable, invalid, or conflicts with a registered one."""

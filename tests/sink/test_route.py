@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from rewardflow.clickhouse.errors import ClickHouseUnavailable
-from rewardflow.clickhouse.sink import RewardSink
-from rewardflow.clickhouse.sinkconfig import SinkConfigError
+from rewardflow.sink.route import RewardSink
+from rewardflow.sink.config import SinkConfigError
 from tests.clickhouse.rows import committed, event_row, produce, pump, reset_offsets, reward, values
 from tests.conftest_clickhouse import ChDatabase
 

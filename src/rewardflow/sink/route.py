@@ -3,12 +3,12 @@
 Stages, in this order, one thread (arroyo-style; each stage is its own module):
 
     consume (confluent-kafka, no auto-commit)
-      -> decode   (:func:`.process.line_from_message`: frame check, row count)
+      -> decode   (:func:`.decode.line_from_message`: frame check, row count)
       -> batch    (:class:`.batching.PartitionBuffer`, :func:`.batching.cut`)
       -> record   (:class:`.ledger.BatchLedger`: the batch's offset range)
       -> write    (:class:`.writer.BatchWriter`: deduplicated insert, bad rows to dead_letters;
                    :class:`.inflight.ParallelWriter`: in the background, partitions in parallel,
-                   each in order, while this thread reads on; :mod:`.sinkinserts`)
+                   each in order, while this thread reads on; :mod:`.inserts`)
       -> commit   (offsets after the last *written* record, synchronously, once its insert returned)
 
 Guarantees:
@@ -47,16 +47,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from rewardflow.clickhouse.batching import PartitionBuffer, Pending
+from rewardflow.sink.batching import PartitionBuffer, Pending
 from rewardflow.clickhouse.catalog import table_of_topic
 from rewardflow.clickhouse.connect import as_dsn
 from rewardflow.clickhouse.enginelock import probe_engine
 from rewardflow.clickhouse.errors import EngineBusyError
-from rewardflow.clickhouse.metrics import SinkMetrics
-from rewardflow.clickhouse.process import MessageRejected, line_from_message
-from rewardflow.clickhouse.sinkflush import Flusher
-from rewardflow.clickhouse.sinkconfig import consumer_config, resolve_topics, topic_ids
-from rewardflow.clickhouse.writer import Fault
+from rewardflow.sink.metrics import SinkMetrics
+from rewardflow.sink.decode import MessageRejected, line_from_message
+from rewardflow.sink.flush import Flusher
+from rewardflow.sink.config import consumer_config, resolve_topics, topic_ids
+from rewardflow.sink.writer import Fault
 from rewardflow.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -29,10 +29,10 @@ from typing import Any
 import orjson
 from clickhouse_connect.driver.client import Client
 
-from rewardflow.clickhouse.batching import Batch
+from rewardflow.sink.batching import Batch
 from rewardflow.clickhouse.catalog import table as table_def
 from rewardflow.clickhouse.errors import ClickHouseUnavailable, clean_message, is_data_error
-from rewardflow.clickhouse.process import row_line
+from rewardflow.sink.decode import row_line
 from rewardflow.core.records import DeadLetter, stable_id
 
 STRICT_INPUT: dict[str, Any] = {

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from rewardflow.clickhouse.batching import Batch
+from rewardflow.sink.batching import Batch
 from rewardflow.clickhouse.errors import ClickHouseUnavailable, clean_message, is_driver_error
-from rewardflow.clickhouse.writer import BatchWriter, Fault
+from rewardflow.sink.writer import BatchWriter, Fault
 
 
 @dataclass

@@ -5,7 +5,7 @@ Contract of :meth:`Flusher.maybe_flush`:
 * ``force=False`` (the poll loop): collects the inserts that finished and
   commits their written prefixes, then cuts what is due, records the new
   ranges in the ledger and *starts* their inserts in the background (at most
-  one chain per partition, :mod:`.sinkinserts`), so the sink reads Kafka while
+  one chain per partition, :mod:`.inserts`), so the sink reads Kafka while
   ClickHouse parses. It blocks only when more than ``max_pending_rows`` rows
   are read but unwritten (back-pressure), until an insert finished.
 * ``force=True`` (flush / close / revoke): the same, then waits until every
@@ -29,17 +29,17 @@ from functools import partial
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from rewardflow.clickhouse.batching import Batch, PartitionBuffer, cut
+from rewardflow.sink.batching import Batch, PartitionBuffer, cut
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.errors import ClickHouseUnavailable, clean_message, is_driver_error
-from rewardflow.clickhouse.inflight import ChainResult, ParallelWriter
-from rewardflow.clickhouse.ledger import BatchLedger
-from rewardflow.clickhouse.metrics import SinkMetrics
-from rewardflow.clickhouse.retry import Backoff
-from rewardflow.clickhouse.sinkinserts import Inserts
-from rewardflow.clickhouse.writer import Fault
+from rewardflow.sink.inflight import ChainResult, ParallelWriter
+from rewardflow.sink.ledger import BatchLedger
+from rewardflow.sink.metrics import SinkMetrics
+from rewardflow.sink.retry import Backoff
+from rewardflow.sink.inserts import Inserts
+from rewardflow.sink.writer import Fault
 
-log = logging.getLogger("rewardflow.clickhouse.sink")
+log = logging.getLogger("rewardflow.sink.route")
 TP = tuple[str, int]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-from rewardflow.clickhouse.batching import Batch
-from rewardflow.clickhouse.inflight import ChainResult, ParallelWriter
+from rewardflow.sink.batching import Batch
+from rewardflow.sink.inflight import ChainResult, ParallelWriter
 
 TP = tuple[str, int]
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from clickhouse_connect.driver.client import Client
 
-from rewardflow.clickhouse.batching import Batch
+from rewardflow.sink.batching import Batch
 
 TP = tuple[str, int]
 _COLUMNS = ["topic", "topic_id", "partition", "first_offset", "last_offset", "table", "rows", "token"]

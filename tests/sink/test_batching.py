@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewardflow.clickhouse.batching import Batch, PartitionBuffer, Pending, cut
+from rewardflow.sink.batching import Batch, PartitionBuffer, Pending, cut
 
 def buf(offsets: list[int], rows: int = 10) -> PartitionBuffer:
     b = PartitionBuffer("t", 0, "rewards")

@@ -1,0 +1,1 @@
+"""The ClickHouse sink: output topics → tables (route: :mod:`.route`)."""
