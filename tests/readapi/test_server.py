@@ -343,3 +343,35 @@ def test_the_endpoint_serves_tls_with_its_certificate(ch_db: ChDatabase, tmp_pat
         assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]
         with pytest.raises(ReaderUnavailable):  # a client that does not trust the certificate does not connect
             RemoteReader(server.url, token=grant(settings), database=ch_db.name).query_arrow("SELECT 1")
+
+
+@pytest.mark.kafka
+def test_rewardflow_run_serves_reads_to_a_reader_started_while_it_runs(kafka_broker: Any, tmp_path: Path) -> None:
+    """``rewardflow run`` owns its chDB directory; ``rewardflow sql`` started meanwhile reads through its
+    endpoint with the owner's local token, and opens nothing itself."""
+    import shutil
+
+    from tests.conftest_clickhouse import free_port
+
+    exe = shutil.which("rewardflow", path=str(Path(sys.executable).parent)) or "rewardflow"
+
+    home, db = tmp_path / "home", tmp_path / "chdb"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
+    env.update({"REWARDFLOW_HOME": str(home), "REWARDFLOW_CLICKHOUSE_DSN": f"chdb://{db}",
+                "REWARDFLOW_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "REWARDFLOW_WEB_PORT": str(free_port()),
+                "REWARDFLOW_TOPIC_PREFIX": f"t{os.getpid()}{int(time.time())}."})
+    run = subprocess.Popen([exe, "run", "--no-worker", "--status-interval", "0"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{env['REWARDFLOW_WEB_PORT']}"
+        deadline = time.monotonic() + 120
+        while not endpoint_alive(url, timeout=0.5):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.stderr else ""
+            time.sleep(0.2)
+        sql = subprocess.run([exe, "sql", "--format", "csv",
+                              "SELECT count() AS n FROM rewards"], env=env, capture_output=True, text=True, timeout=120)
+        assert sql.returncode == 0, sql.stderr
+        assert sql.stdout.split() == ['"n"', "0"]
+    finally:
+        run.terminate()
+        run.wait(60)
