@@ -7,7 +7,7 @@ server. :func:`open_reader` picks how to *read*:
    a :class:`~.readers.LocalReader` on a client in this process;
 2. a chDB directory owned by another process -> that owner's read endpoint
    (``POST http://web_host:web_port/query``, served by
-   :class:`~.readserver.ReadServer`) through a :class:`~.remote.RemoteReader`;
+   :mod:`rewardflow.readapi`) through a :class:`~.remote.RemoteReader`;
 3. neither -> :class:`~.errors.ReaderUnavailable` with one line saying which
    process holds the directory and what to do.
 
