@@ -62,7 +62,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import SecretStr
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.clickhouse.catalog import table as table_def
 from rewardflow.clickhouse.connect import get_client
 from rewardflow.clickhouse.ddl import create_database
@@ -76,7 +76,7 @@ from rewardflow.events.validate import to_dict
 from bench_stream import produce  # noqa: E402 - the benches run as scripts from bench/
 from rewardflow.events.wire import decode_record, encode_avro
 from rewardflow.kafka_local.ports import free_ports, port_is_free
-from rewardflow.provision import ensure_topics
+from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings
 from rewardflow.sim import Simulator, ab_config
 

@@ -50,7 +50,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.demo.worker_proc import WORKER_MODULE, WorkerProcess
@@ -58,7 +58,7 @@ from rewardflow.events.samples import PRODUCERS, START_MS, turn_events
 from rewardflow.events.validate import to_dict
 from rewardflow.events.wire import decode_record, encode_avro, encode_json
 from rewardflow.kafka_local.admin import delete_topics
-from rewardflow.provision import ensure_topics
+from rewardflow.kafka.provision import ensure_topics
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
 

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from bench_stream import session_batches
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor

@@ -45,12 +45,12 @@ from typing import Any, cast
 import faust
 import orjson
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.ticks import TICK, signed_tick
-from rewardflow.provision import dead_letter_record_limit, state_record_limit
+from rewardflow.kafka.provision import dead_letter_record_limit, state_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key

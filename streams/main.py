@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import faust
 
-from rewardflow.provision import ensure_topics
+from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings, load_settings
 from rewardflow_streams.app import JoinWorker
 

@@ -10,7 +10,7 @@ from rewardflow.clickhouse.catalog import ALL_TABLES, SINK_TABLES, table_of_topi
 from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.ddl import create_table
 from rewardflow.core import records
-from rewardflow.topics import TABLE_OF_TOPIC
+from rewardflow.kafka.topics import TABLE_OF_TOPIC
 
 _SCALAR = {
     str: ("String", "LowCardinality(String)"),

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from rewardflow.provision import ensure_topics
+from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings
 from tests.fault.pipeline import release_admin
 from tests.fault.workload import FAULT_SETTINGS

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.sink.route import RewardSink
 from rewardflow.demo.worker_proc import ChildProcess, WorkerProcess, settings_env
-from rewardflow.lag import group_lag
+from rewardflow.kafka.lag import group_lag
 from rewardflow.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

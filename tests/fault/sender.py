@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.client import EventProducer, ProducerConfig
 from rewardflow.core.ticks import signed_tick
 from rewardflow.events.wire import encode_avro

@@ -27,7 +27,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.clickhouse.catalog import SINK_TABLES, table
 from rewardflow.core.histogram import LogHistogram
 from rewardflow.core.windows import window_key, window_start

@@ -31,7 +31,7 @@ from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.events.wire import encode_avro, encode_json
 from rewardflow.rewards.registry import active_specs
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings, tick_key
 from rewardflow.sim import NoiseConfig, SendGroup, ab_config, run_through_core, simulate
 from rewardflow.sim.profiles import CheckpointProfile

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rewardflow.provision import ensure_topics
+from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings
 from tests.streams.kafka_io import OutputCollector, RawProducer, tick_record
 from tests.streams.worker import WorkerProcess

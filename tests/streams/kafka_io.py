@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.ticks import signed_tick
 from rewardflow.events.wire import encode_avro, encode_json
 from rewardflow.settings import Settings, tick_key

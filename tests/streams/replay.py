@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.records import stable_id
 from rewardflow.events.wire import encode_avro, encode_json
 from tests.factories import ev, turn

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from tests.factories import T0, turn
 from tests.streams.kafka_io import json_record
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.events.wire import decode_record
 from tests.factories import T0, ev, turn
 from tests.streams.kafka_io import avro_record, json_record, tick_record

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.events.wire import decode_record

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from tests.factories import ev
 from tests.streams.kafka_io import json_record, read_raw
 from tests.streams.replay import on_wire, replay, rows_by_id

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.histogram import LogHistogram
 from rewardflow.core.records import stable_id
 from rewardflow.core.windows import window_key, window_start

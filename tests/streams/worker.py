@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.demo import worker_proc
 from rewardflow.settings import Settings
 from tests.streams.kafka_io import LIBRDKAFKA_LOG

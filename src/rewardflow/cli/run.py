@@ -50,8 +50,8 @@ class StatusLine(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from rewardflow import topics as T
-        from rewardflow.lag import group_lag
+        from rewardflow.kafka import topics as T
+        from rewardflow.kafka.lag import group_lag
 
         while not self.stopped.wait(self.interval):
             fields: dict[str, Any] = {}
@@ -88,7 +88,7 @@ def command(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
     ensure_kafka(settings, start_kafka)
-    from rewardflow.provision import ensure_topics
+    from rewardflow.kafka.provision import ensure_topics
 
     ensure_topics(settings)
     parts: dict[str, Any] = {}
@@ -123,7 +123,7 @@ def command(
             reads.stop()
 
     if sink and monitor_interval > 0:
-        from rewardflow.monitor import MonitorLoop
+        from rewardflow.analysis.monitor_loop import MonitorLoop
 
         MonitorLoop(settings, monitor_baseline, monitor_interval).start()
     status = StatusLine(settings, status_interval, parts)

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from rewardflow import topics
+from rewardflow.kafka import topics
 from rewardflow.settings import Settings, load_settings
 from rewardflow.sim.config import ab_config, default_start_ms
 from rewardflow.sim.generator import Simulator

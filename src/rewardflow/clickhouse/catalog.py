@@ -1,6 +1,6 @@
 """The registry of tables: which exist, in creation order, and which topic feeds which.
 
-The topic -> table map itself lives in :data:`rewardflow.topics.TABLE_OF_TOPIC`;
+The topic -> table map itself lives in :data:`rewardflow.kafka.topics.TABLE_OF_TOPIC`;
 this module resolves its table names to :class:`~.columns.TableDef` objects.
 """
 
@@ -10,7 +10,7 @@ from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.tables import EVENTS, REWARD_WINDOWS, REWARDS
 from rewardflow.clickhouse.tables_ops import ALERTS, DEAD_LETTERS, EXCLUSIONS, LATE_EVENTS
 from rewardflow.clickhouse.tables_state import REWARD_SPECS, SCHEMA_MIGRATIONS, SINK_BATCHES, TRAINER_CURSORS
-from rewardflow.topics import TABLE_OF_TOPIC
+from rewardflow.kafka.topics import TABLE_OF_TOPIC
 
 ALL_TABLES: tuple[TableDef, ...] = (
     EVENTS,

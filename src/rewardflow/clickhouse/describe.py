@@ -11,7 +11,7 @@ from rewardflow.clickhouse.catalog import ALL_TABLES
 from rewardflow.clickhouse.columns import DEDUP_WINDOW, TableDef
 from rewardflow.clickhouse.ddl import ttl_clause
 from rewardflow.clickhouse.views import ALL_VIEWS
-from rewardflow.topics import TABLE_OF_TOPIC
+from rewardflow.kafka.topics import TABLE_OF_TOPIC
 
 INTRO = f"""# ClickHouse tables
 

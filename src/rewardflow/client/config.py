@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rewardflow import topics
+from rewardflow.kafka import topics
 from rewardflow.settings import Settings
 
 HEADROOM_BYTES = 64 * 1024

@@ -25,7 +25,7 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.analysis.goodhart import MonitorConfig
 from rewardflow.demo.reconcile import Counts, expected_counts, reconcile, reconcile_table
 from rewardflow.demo.worker_proc import WorkerProcess
@@ -82,7 +82,7 @@ class DemoRunner:
         from rewardflow.sink.route import RewardSink
         from rewardflow.kafka_local import LocalBroker
         from rewardflow.kafka_local.admin import metadata_ready
-        from rewardflow.provision import ensure_topics
+        from rewardflow.kafka.provision import ensure_topics
 
         s = self.settings
         if not metadata_ready(s.kafka_bootstrap, timeout=3.0):

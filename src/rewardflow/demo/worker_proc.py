@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings
 
 WORKER_MODULE = "rewardflow_streams.main"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rewardflow import topics
+from rewardflow.kafka import topics
 from rewardflow.settings import Settings
 from rewardflow.sim.config import SimConfig
 from rewardflow.sim.generator import SendGroup, Simulator

@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from rewardflow.settings import Settings
-from rewardflow.topics import OUTPUT_TOPICS, TABLE_OF_TOPIC
+from rewardflow.kafka.topics import OUTPUT_TOPICS, TABLE_OF_TOPIC
 
 
 log = logging.getLogger(__name__)

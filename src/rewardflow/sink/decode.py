@@ -1,7 +1,7 @@
 """The sink's decode stage: what one Kafka record of an output topic becomes. Pure.
 
 Every output record's value is a JSON *list* of row dicts (see
-:mod:`rewardflow.topics`). Two views of the same record:
+:mod:`rewardflow.kafka.topics`). Two views of the same record:
 
 * :func:`rows_from_message` - Snuba's ``process_message``: the table and the
   decoded rows. Used to explain and isolate failures (bisecting a rejected

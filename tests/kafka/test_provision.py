@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from rewardflow import topics as T
-from rewardflow.provision import ensure_topics, raw_record_limit
+from rewardflow.kafka import topics as T
+from rewardflow.kafka.provision import ensure_topics, raw_record_limit
 from rewardflow.settings import Settings
 
 pytestmark = pytest.mark.kafka

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES
 from rewardflow.settings import Settings
 

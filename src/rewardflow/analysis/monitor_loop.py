@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rewardflow import topics as T
+from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings
 
 log = logging.getLogger("rewardflow.monitor")

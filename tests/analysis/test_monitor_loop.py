@@ -1,6 +1,6 @@
 """Which window partials the live monitor may evaluate."""
 
-from rewardflow.monitor import closed_rows
+from rewardflow.analysis.monitor_loop import closed_rows
 
 
 def row(size: int, start: int, partition: int) -> dict[str, int]:

@@ -1,0 +1,1 @@
+"""Topics and provisioning on any Kafka cluster (the local broker for development is ``kafka_local``)."""
