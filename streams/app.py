@@ -49,7 +49,7 @@ from rewardflow.kafka import topics as T
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
-from rewardflow.core.ticks import TICK, signed_tick
+from rewardflow.core.ticks import TICK, TICK_HEADERS, signed_tick
 from rewardflow.kafka.provision import dead_letter_record_limit, state_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
@@ -63,7 +63,7 @@ from rewardflow_streams.state import TableStore
 
 log = logging.getLogger("rewardflow.streams")
 _JSON = orjson.OPT_NON_STR_KEYS
-_TICK_HEADERS = {"rf-format": b"tick"}
+_TICK_HEADERS = dict(TICK_HEADERS)
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
 _MAX_OUTPUT_RECORD = 1_000_000

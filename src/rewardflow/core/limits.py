@@ -25,14 +25,15 @@ EVENT_BYTES = 400
 """Most bytes one applied event adds to its session's stored state (its seen id, a check or an edit)."""
 
 
-def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, wm: int, closed_through: int,
+def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[], tuple[int, int]],
             live: Callable[[Tombstone], bool]) -> tuple[str, str] | None:
     """The dead-letter code and reason when one more event (opening a turn if ``new_turn``) would
-    put the session over its limits, else None. Cheap while the session is far from them."""
+    put the session over its limits, else None. Cheap while the session is far from them: only then
+    are ``clock`` (the watermark and the windows' closed-through) and ``live`` asked."""
     turns, events = st.load()
     if (not new_turn or turns < cfg.max_session_turns) and events < cfg.max_session_events:
         return None
-    turns, events = st.live_load(wm, closed_through, live)
+    turns, events = st.live_load(*clock(), live)
     if new_turn and turns >= cfg.max_session_turns:
         return ("session_turn_limit", f"session {st.session_id[:128]!r} holds {turns} turns, the limit "
                 f"(REWARDFLOW_MAX_SESSION_TURNS={cfg.max_session_turns}); a finalised turn counts until "

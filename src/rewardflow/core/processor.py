@@ -279,7 +279,7 @@ class PartitionProcessor:
         if ts + self.cfg.settle_ms < self.wm and (turn is None or served):
             out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
             return
-        over = refusal(st, self.cfg, turn is None, self.wm, self.book.min_closed_through(), self._live)
+        over = refusal(st, self.cfg, turn is None, self._clock, self._live)
         if over is not None:
             out.dead.append(dead_letter(self.topic, self.partition, offset, idx, over[0], over[1], raw,
                                         event_json(raw, None), now_ms))
@@ -296,9 +296,11 @@ class PartitionProcessor:
             self.maxts = ts
         out.valid.append(event_row(ev, raw, self.partition, offset))
 
+    def _clock(self) -> tuple[int, int]:
+        return self.wm, self.book.min_closed_through()
+
     def _live(self, t: Tombstone) -> bool:
-        """Whether a tombstone is remembered (younger than its lifetime, or its windows open); pruned or
-        not, an expired one is not, so no decision depends on wake-up timing, which a restart changes."""
+        """Whether a tombstone is remembered, pruned or not (so no decision depends on wake-up timing)."""
         return t.wm >= self.wm - self.cfg.keep_done_ms or t.served_ts >= self.book.min_closed_through()
 
     # ------------------------------------------------------------------ settling
