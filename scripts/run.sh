@@ -34,6 +34,8 @@ case "$cmd" in
   test)
     need java "Java 17+ runs the local Kafka broker"
     need mvn "Maven resolves Apache Kafka from Maven Central"
+    echo "==> generated modules up to date (rewardflow codegen --check)"
+    "$venv/bin/rewardflow" codegen --check
     echo "==> mypy --strict (src/rewardflow, streams)"
     "$venv/bin/python" -m mypy
     exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

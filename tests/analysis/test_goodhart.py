@@ -18,7 +18,7 @@ import pytest
 
 from rewardflow.analysis.goodhart import MONITORS, MonitorConfig, alert_messages, evaluate_windows, student_t_sf
 from rewardflow.core.config import JoinConfig
-from rewardflow.core.records import WindowAggregate
+from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.turn import TurnState
 from rewardflow.core.windows import WindowBook
 from rewardflow.events.models import EVENT_MODELS, Producer

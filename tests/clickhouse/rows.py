@@ -10,7 +10,8 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from rewardflow.clickhouse.tables import REWARDS
-from rewardflow.core.records import EventRow, RewardRecord, stable_id
+from rewardflow.core.records import stable_id
+from rewardflow.core.rows import EventRow, RewardRecord
 
 T0 = 1_790_000_000_000
 

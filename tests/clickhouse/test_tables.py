@@ -1,4 +1,4 @@
-"""The table definitions agree with the record TypedDicts (names, order, types). Pure."""
+"""The generated record TypedDicts agree with the table definitions (names, order, types). Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from rewardflow.clickhouse.catalog import ALL_TABLES, SINK_TABLES, table_of_topic
 from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.ddl import create_table
-from rewardflow.core import records
+from rewardflow.core import rows
 from rewardflow.kafka.topics import TABLE_OF_TOPIC
 
 _SCALAR = {
@@ -31,13 +31,13 @@ def _compatible(py: object, ch: str) -> bool:
 
 @pytest.mark.parametrize("table", SINK_TABLES, ids=lambda t: t.name)
 def test_record_columns_are_the_typeddict_fields_in_order(table: TableDef) -> None:
-    hints = typing.get_type_hints(getattr(records, table.record))
+    hints = typing.get_type_hints(getattr(rows, table.record))
     assert table.record_columns == tuple(hints)
 
 
 @pytest.mark.parametrize("table", SINK_TABLES, ids=lambda t: t.name)
 def test_column_types_fit_the_python_types(table: TableDef) -> None:
-    hints = typing.get_type_hints(getattr(records, table.record))
+    hints = typing.get_type_hints(getattr(rows, table.record))
     wrong = {n: (hints[n], table.column(n).type) for n in hints if not _compatible(hints[n], table.column(n).type)}
     assert not wrong
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewardflow.core.histogram import LogHistogram
-from rewardflow.core.records import RewardRecord
+from rewardflow.core.rows import RewardRecord
 from rewardflow.core.windows import WindowBook, window_key, window_start
 from tests.core.feed import CFG, Feed
 from tests.core.test_histogram import exact_quantile

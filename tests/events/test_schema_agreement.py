@@ -1,4 +1,4 @@
-"""The pydantic models and the Avro schemas agree field by field, and every event round-trips.
+"""The generated pydantic models and the Avro schemas agree field by field, and every event round-trips.
 
 Agreement: same field names; str ↔ string, int ↔ int/long (an Avro int field's
 model bounds fit 32 bits), float ↔ double, bool ↔ boolean, ``X | None = None``

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from rewardflow.core.config import JoinConfig
-from rewardflow.core.records import EventRow, RewardRecord
+from rewardflow.core.rows import EventRow, RewardRecord
 from rewardflow.events.models import Producer
 from rewardflow.events.validate import to_dict
 from rewardflow.rewards.diff import diff_rewards, quantile

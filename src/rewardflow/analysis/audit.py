@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from rewardflow.core.config import JoinConfig
-from rewardflow.core.records import RewardRecord
+from rewardflow.core.rows import RewardRecord
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
 from rewardflow.rewards.diff import RewardDiff, diff_rewards

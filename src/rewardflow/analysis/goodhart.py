@@ -1,6 +1,6 @@
 """Goodhart monitors: guard behaviours drifting while the reward holds or rises.
 
-Window partials (:class:`~rewardflow.core.records.WindowAggregate`, one per
+Window partials (:class:`~rewardflow.core.rows.WindowAggregate`, one per
 source partition) are merged into *cells* — one per window size, window
 start, checkpoint, spec version (and surface when ``by_surface``); arms are
 pooled. Each candidate cell is compared with a baseline: the baseline
@@ -40,7 +40,8 @@ from typing import Any, Literal
 
 import orjson
 
-from rewardflow.core.records import Alert, stable_id
+from rewardflow.core.records import stable_id
+from rewardflow.core.rows import Alert
 from rewardflow.core.windows import window_key
 from rewardflow.analysis.tdist import t_cdf
 

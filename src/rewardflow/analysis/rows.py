@@ -1,6 +1,6 @@
 """Reward rows in, per-arm samples out: the input side of the A/B analysis.
 
-Rows are :class:`~rewardflow.core.records.RewardRecord` columns, given as a
+Rows are :class:`~rewardflow.core.rows.RewardRecord` columns, given as a
 ``pyarrow.Table`` or any iterable of mappings (Kafka payloads, ClickHouse
 rows). Only **final** rows count (``provisional == 0``), each ``reward_id``
 once (the first seen wins; ids are deterministic, so duplicates are equal),

@@ -1,4 +1,4 @@
-"""Per-checkpoint time series from :class:`~rewardflow.core.records.WindowAggregate` rows.
+"""Per-checkpoint time series from :class:`~rewardflow.core.rows.WindowAggregate` rows.
 
 Window partials are deduplicated by ``window_id`` (redeliveries are equal),
 merged by ``window_key`` (partials of one window from several source

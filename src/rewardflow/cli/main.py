@@ -31,7 +31,7 @@ _GROUPS = {
     "rewards": "Reward specs: list, check and replay.",
     "tokens": "Bearer tokens of the read endpoint: create, list, revoke.",
 }
-_COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench"]
+_COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench", "codegen"]
 
 
 def _mount() -> None:

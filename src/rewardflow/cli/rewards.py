@@ -32,7 +32,7 @@ from rich.table import Table
 
 from rewardflow.analysis.audit import spec_flags
 from rewardflow.core.config import JoinConfig
-from rewardflow.core.records import RewardRecord
+from rewardflow.core.rows import RewardRecord
 from rewardflow.rewards.diff import diff_rewards, render_diff
 from rewardflow.rewards.registry import (
     LEDGER_QUERY,

@@ -2,7 +2,7 @@
 
 A :class:`TableDef` says everything needed to create, document, feed and read
 one ClickHouse table: its record columns (the fields of one TypedDict in
-:mod:`rewardflow.core.records`, same names), its engine, sorting key,
+:mod:`rewardflow.core.rows`, generated from these objects by ``rewardflow codegen``), its engine, sorting key,
 partition key, TTL and settings. DDL (:mod:`.ddl`), docs (:mod:`.describe`)
 and the sink's insert column lists are all derived from these objects, so a
 table is defined exactly once.

@@ -20,7 +20,7 @@ do not edit by hand. Create or upgrade a database with `rewardflow db migrate`.
 
 ## Conventions
 
-- **Record columns** are the fields of the record TypedDicts in `rewardflow.core.records`, same
+- **Record columns** are the fields of the record TypedDicts in `rewardflow.core.rows` (generated from these definitions), same
   names, same order. A row read back is the record that was produced.
 - **Time** travels as epoch milliseconds (`Int64`) under the record's own name (`ts`,
   `served_ts`, ...). Each has a `DateTime64(3, 'UTC')` *alias* column (`ts_at`, `served_at`, ...)
@@ -61,7 +61,7 @@ def table_markdown(t: TableDef, events_ttl_days: int = 90) -> str:
     topics = [topic for topic, name in TABLE_OF_TOPIC.items() if name == t.name]
     lines = [f"### `{t.name}`", "", t.doc, ""]
     if t.record:
-        lines.append(f"- Record: `rewardflow.core.records.{t.record}`; fed from topic `{topics[0]}`" if topics else f"- Record: `{t.record}`")
+        lines.append(f"- Record: `rewardflow.core.rows.{t.record}`; fed from topic `{topics[0]}`" if topics else f"- Record: `{t.record}`")
     lines.append(f"- Engine: `{t.engine}`, order by `{t.order_by}`")
     if t.partition_by:
         lines.append(f"- Partition by `{t.partition_by}`")

@@ -23,6 +23,7 @@ from clickhouse_connect.driver.client import Client
 from rewardflow.clickhouse.catalog import ALL_TABLES
 from rewardflow.clickhouse.ddl import add_projection, create_database, create_table, modify_ttl, ttl_clause
 from rewardflow.clickhouse.dsn import Dsn
+from rewardflow.clickhouse.rowtypes import check as check_row_types
 from rewardflow.clickhouse.tables import BY_SEQ, REWARDS
 from rewardflow.clickhouse.tables_state import REWARD_SPECS, SCHEMA_MIGRATIONS
 from rewardflow.clickhouse.views import ALL_VIEWS
@@ -100,7 +101,11 @@ def _reconcile_ttl(client: Client, events_ttl_days: int) -> list[str]:
 
 
 def migrate(client: Client, *, events_ttl_days: int = 90) -> MigrationReport:
-    """Bring the client's current database up to date; see the module contract. Blocks."""
+    """Bring the client's current database up to date; see the module contract. Blocks.
+
+    Raises :class:`~rewardflow.clickhouse.rowtypes.RowTypesStale` before touching the database when
+    the generated record types no longer match the table definitions."""
+    check_row_types(ALL_TABLES)
     report = MigrationReport(database=str(client.command("SELECT currentDatabase()")))
     client.command(create_table(SCHEMA_MIGRATIONS))
     done = applied_versions(client)

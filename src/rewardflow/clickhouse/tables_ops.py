@@ -1,7 +1,7 @@
 """Operational tables: dead letters, exclusions (late, orphan, duplicate) and alerts.
 
 ``late_events`` and ``exclusions`` share one column definition
-(:data:`EXCLUSION_COLUMNS`, the :class:`~rewardflow.core.records.Exclusion`
+(:data:`EXCLUSION_COLUMNS`, the :class:`~rewardflow.core.rows.Exclusion`
 shape); only their name and documentation differ.
 """
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import orjson
 
-from rewardflow.core.records import DeadLetter, EventRow, Exclusion, RewardRecord, WindowAggregate, stable_id
+from rewardflow.core.records import stable_id
+from rewardflow.core.rows import DeadLetter, EventRow, Exclusion, RewardRecord, WindowAggregate
 from rewardflow.core.turn import TurnState
 from rewardflow.events.models import Envelope
 from rewardflow.events.validate import shown

@@ -41,7 +41,7 @@ from typing import Any
 from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.outputs import Outputs, dead_letter, event_json, event_row, exclusion, failed_record, turn_exclusion
 from rewardflow.core.limits import refusal
-from rewardflow.core.records import WindowAggregate
+from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj

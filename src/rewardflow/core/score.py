@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rewardflow.core.records import RewardRecord, id_of_joined
+from rewardflow.core.records import id_of_joined
+from rewardflow.core.rows import RewardRecord
 from rewardflow.core.turn import TurnOutcome
 from rewardflow.core.spec import RewardSpec
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from rewardflow.core.histogram import LogHistogram
-from rewardflow.core.records import RewardRecord, WindowAggregate, id_of_joined
+from rewardflow.core.records import id_of_joined
+from rewardflow.core.rows import RewardRecord, WindowAggregate
 
 
 _UNIT = 10**12  # reward sums are kept in exact integer units of 1e-12

@@ -20,17 +20,11 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 
-NAMESPACE = "rewardflow.events"
+from rewardflow.events import codegen
+
+NAMESPACE = codegen.NAMESPACE
 BATCH = "EventBatch"
-EVENT_TYPES = (
-    "InferenceServed",
-    "AgentEdit",
-    "ToolCall",
-    "PersistenceCheck",
-    "UserAction",
-    "FollowUp",
-    "ClarifyingQuestion",
-)
+EVENT_TYPES = codegen.EVENT_TYPES
 
 
 def schema_dir() -> Path:
@@ -74,8 +68,23 @@ def _load(path: Path) -> Any:
     return fastavro.parse_schema(load_schema(str(path)))
 
 
+class ModelsStale(RuntimeError):
+    """``rewardflow.events.models`` was generated from other schemas than the ones being loaded."""
+
+
+def check_models(directory: Path) -> None:
+    """Raise :class:`ModelsStale` unless the event models were generated from ``directory``'s schemas."""
+    from rewardflow.events import models  # here, so that `rewardflow codegen` runs even when models.py is broken
+
+    if codegen.schema_digest(codegen.load_sources(directory)) != models.SCHEMA_DIGEST:
+        raise ModelsStale(f"the schemas in {directory} differ from those rewardflow/events/models.py was "
+                          "generated from: run `rewardflow codegen`")
+
+
 def load_catalogue(directory: Path) -> Catalogue:
-    """Parse every event schema and the batch schema in ``directory``."""
+    """Parse every event schema and the batch schema in ``directory``; raises :class:`ModelsStale`
+    when the event models were generated from other schemas (so they cannot disagree)."""
+    check_models(directory)
     cat = Catalogue()
     for name in (*EVENT_TYPES, BATCH):
         path = directory / f"{NAMESPACE}.{name}.avsc"

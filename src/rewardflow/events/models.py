@@ -1,13 +1,11 @@
-"""Pydantic v2 mirrors of the Avro event schemas in ``schemas/``.
+"""Pydantic models of the events. GENERATED from ``schemas/*.avsc`` by ``rewardflow codegen``: do not edit.
 
-The Avro schema is the contract; these models add the value constraints Avro
-cannot express (lengths, ranges). ``tests/events/test_schema_agreement.py``
-proves each model agrees with its schema field by field, so the two cannot
-drift apart silently.
+Change a schema (its fields, docs or ``constraints``) and run ``rewardflow codegen``; the schema
+catalogue refuses to load while this module's ``SCHEMA_DIGEST`` disagrees with the schema files.
 
-Contract: models are frozen; :data:`EVENT_ADAPTER` validates a plain dict into
-the right model by ``event_type`` or raises ``pydantic.ValidationError`` whose
-``loc`` names the field. Validation is pure and does no I/O.
+Contract: models are frozen and forbid unknown fields; :data:`EVENT_ADAPTER` validates a plain
+dict into the right model by ``event_type`` or raises ``pydantic.ValidationError`` whose ``loc``
+names the field. Validation is pure and does no I/O.
 """
 
 from __future__ import annotations
@@ -16,15 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationInfo, field_validator
 
-# Leaf types are strict, as the Avro types are: a boolean is true/false (not
-# "yes" or 1), an int is an int (not "5", 3.0 or True). A float accepts an int.
-Id = Annotated[str, Strict(), Field(min_length=1, max_length=128)]
-ShortStr = Annotated[str, Strict(), Field(min_length=1, max_length=64)]
-NonNeg = Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]
-Score = Annotated[float, Strict(), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-Flag = Annotated[bool, Strict()]
-# Event time must be a plausible epoch-ms value: after 2000-01-01, before 2100.
-EpochMs = Annotated[int, Strict(), Field(ge=946_684_800_000, lt=4_102_444_800_000)]
+SCHEMA_DIGEST = "3e270eafee954f368d9856208acd33850be07ab1919dce73dd3a67d1ad0883fb"
 
 Surface = Literal["tab", "composer", "agent", "chat"]
 ToolStatus = Literal["ok", "error", "broken"]
@@ -35,89 +25,169 @@ class Producer(BaseModel):
     """The client software that emitted an event."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    name: ShortStr
-    version: ShortStr
+    name: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+        description="Client name, e.g. 'vscode-ext' or 'agent-runner'. Max 64 chars.",
+    )
+    version: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+        description="Client version string. Max 64 chars.",
+    )
 
 
 class Envelope(BaseModel):
-    """Fields every event carries. ``request_id`` is the join key, ``session_id`` the partition key."""
+    """Fields every event carries; request_id is the join key, session_id the partition key."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    event_id: ShortStr
-    schema_version: Annotated[int, Strict()] = Field(1, ge=1, le=1000)
-    ts: EpochMs
-    org_id: Id
-    session_id: Id
-    request_id: Id
-    producer: Producer
+    event_id: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+        description="Client-generated UUID of this event; the deduplication key. Max 64 chars.",
+    )
+    schema_version: Annotated[int, Strict(), Field(ge=1, le=1000)] = Field(
+        default=1, description="Version of this event's schema the client wrote.",
+    )
+    ts: Annotated[int, Strict(), Field(ge=946684800000, lt=4102444800000)] = Field(
+        description="Event time: milliseconds since the Unix epoch, UTC, when it happened on the client.",
+    )
+    org_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Tenant / organisation id. Max 128 chars.",
+    )
+    session_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Editor or agent session; the Kafka partition key. Max 128 chars.",
+    )
+    request_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="One agent turn; the join key of every signal about that turn. Max 128 chars.",
+    )
+    producer: Producer = Field(description="The client that emitted this event.")
 
 
 class InferenceServed(Envelope):
+    """A model response was served for one turn: which checkpoint and arm, on which surface, how fast and how large."""
+
     event_type: Literal["InferenceServed"] = "InferenceServed"
-    surface: Surface
-    checkpoint_id: Id
-    experiment_arm: ShortStr
-    ttft_ms: NonNeg
-    latency_ms: NonNeg
-    prompt_tokens: NonNeg
-    completion_tokens: NonNeg
+    surface: Surface = Field(description="Product surface: tab, composer, agent or chat.")
+    checkpoint_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Model checkpoint that produced the response. Max 128 chars.",
+    )
+    experiment_arm: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+        description="A/B experiment arm the session was assigned to. Max 64 chars.",
+    )
+    ttft_ms: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
+        description="Time to first token, milliseconds (>= 0).",
+    )
+    latency_ms: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
+        description="Total response latency, milliseconds (>= ttft_ms).",
+    )
+    prompt_tokens: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(description="Prompt tokens (>= 0).")
+    completion_tokens: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
+        description="Completion tokens (>= 0).",
+    )
 
     @field_validator("latency_ms")
     @classmethod
-    def _latency_covers_ttft(cls, value: int, info: ValidationInfo) -> int:
-        """The schema documents ``latency_ms >= ttft_ms``; the first token cannot come after the last."""
-        ttft = info.data.get("ttft_ms")
-        if ttft is not None and value < ttft:
-            raise ValueError(f"latency_ms ({value}) must be >= ttft_ms ({ttft})")
+    def _latency_ms_covers_ttft_ms(cls, value: int, info: ValidationInfo) -> int:
+        """``latency_ms >= ttft_ms``."""
+        other = info.data.get("ttft_ms")
+        if other is not None and value < other:
+            raise ValueError(f"latency_ms ({value}) must be >= ttft_ms ({other})")
         return value
 
 
 class AgentEdit(Envelope):
+    """The agent applied an edit to a file during the turn."""
+
     event_type: Literal["AgentEdit"] = "AgentEdit"
-    edit_id: Id
-    file_path_hash: Id
-    language: ShortStr
-    lines_added: NonNeg
-    lines_removed: NonNeg
-    chars_inserted: NonNeg
-    content_fingerprint: Id | None = None
+    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Id of this edit, unique within the turn; PersistenceCheck and UserAction refer to it. Max 128 chars.",
+    )
+    file_path_hash: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Hash of the edited file's path (never the path itself). Max 128 chars.",
+    )
+    language: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+        description="Language of the file, e.g. 'python'. Max 64 chars.",
+    )
+    lines_added: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(description="Lines added (>= 0).")
+    lines_removed: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(description="Lines removed (>= 0).")
+    chars_inserted: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
+        description="Characters inserted (>= 0).",
+    )
+    content_fingerprint: Annotated[str, Strict(), Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="Optional fingerprint (hash) of the inserted text, for persistence matching. Max 128 chars.",
+    )
 
 
 class ToolCall(Envelope):
+    """The agent called a tool during the turn. Broken calls are negative samples, never dropped."""
+
     event_type: Literal["ToolCall"] = "ToolCall"
-    call_id: Id
-    tool: Id
-    status: ToolStatus
-    duration_ms: NonNeg
-    error_kind: Id | None = None
+    call_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Id of this call within the turn. Max 128 chars.",
+    )
+    tool: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="Tool name, e.g. 'run_terminal'. Max 128 chars.",
+    )
+    status: ToolStatus = Field(description="Outcome: ok, error or broken (malformed call).")
+    duration_ms: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
+        description="Wall time of the call, milliseconds (>= 0).",
+    )
+    error_kind: Annotated[str, Strict(), Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="Error class when status is error or broken. Max 128 chars.",
+    )
 
 
 class PersistenceCheck(Envelope):
+    """How much of an agent edit survives in the codebase at a time horizon after the edit."""
+
     event_type: Literal["PersistenceCheck"] = "PersistenceCheck"
-    edit_id: Id
-    horizon_s: Annotated[int, Strict(), Field(gt=0, le=7 * 86_400)]
-    survival_score: Score
-    revert_score: Score
-    unchanged: Flag
-    surviving_chars: NonNeg | None = None
-    branch_changed: Flag | None = None
+    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+        description="The AgentEdit this check measures. Max 128 chars.",
+    )
+    horizon_s: Annotated[int, Strict(), Field(gt=0, le=604800)] = Field(
+        description="Seconds after the edit when measured; clients report 30, 120, 300, 600 and 900.",
+    )
+    survival_score: Annotated[float, Strict(), Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
+        description="0..1: character 4-gram similarity of the inserted text still present.",
+    )
+    revert_score: Annotated[float, Strict(), Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
+        description="0..1: how far user edits moved back toward the text before the edit.",
+    )
+    unchanged: Annotated[bool, Strict()] = Field(
+        description="True when the inserted text is unchanged or mostly unchanged.",
+    )
+    surviving_chars: Annotated[int, Strict(), Field(ge=0, le=2147483647)] | None = Field(
+        default=None, description="Inserted characters still present (>= 0), if known.",
+    )
+    branch_changed: Annotated[bool, Strict()] | None = Field(
+        default=None, description="Whether the git branch changed since the edit, if known.",
+    )
 
 
 class UserAction(Envelope):
+    """The user accepted, rejected, undid or reverted the turn's work or one edit of it."""
+
     event_type: Literal["UserAction"] = "UserAction"
-    action: UserActionKind
-    edit_id: Id | None = None
+    action: UserActionKind = Field(description="accept, reject, undo or revert.")
+    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="The edit acted on; null means the whole turn. Max 128 chars.",
+    )
 
 
 class FollowUp(Envelope):
+    """The user sent a follow-up message after the turn."""
+
     event_type: Literal["FollowUp"] = "FollowUp"
-    dissatisfied: Flag | None = None
-    text_redacted: Annotated[str, Strict(), Field(max_length=16_384)] | None = None
+    dissatisfied: Annotated[bool, Strict()] | None = Field(
+        default=None, description="True/false when the client knows whether the follow-up expresses dissatisfaction; null if unknown.",
+    )
+    text_redacted: Annotated[str, Strict(), Field(max_length=16384)] | None = Field(
+        default=None, description="Redacted follow-up text for server-side classification. Max 16384 chars.",
+    )
 
 
 class ClarifyingQuestion(Envelope):
+    """The agent asked the user a clarifying question instead of acting."""
+
     event_type: Literal["ClarifyingQuestion"] = "ClarifyingQuestion"
-    question_chars: NonNeg | None = None
+    question_chars: Annotated[int, Strict(), Field(ge=0, le=2147483647)] | None = Field(
+        default=None, description="Length of the question in characters (>= 0), if known.",
+    )
 
 
 Event = Annotated[
@@ -133,9 +203,7 @@ Event = Annotated[
     Field(discriminator="event_type"),
 ]
 
-EVENT_MODELS: dict[str, type[Envelope]] = {
-    m.__name__: m
-    for m in (
+EVENT_MODELS: dict[str, type[Envelope]] = {m.__name__: m for m in (
         InferenceServed,
         AgentEdit,
         ToolCall,
@@ -143,7 +211,6 @@ EVENT_MODELS: dict[str, type[Envelope]] = {
         UserAction,
         FollowUp,
         ClarifyingQuestion,
-    )
-}
+)}
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -36,7 +36,8 @@ import orjson
 from rewardflow.core.config import DictStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.ticks import TICK
-from rewardflow.core.records import RewardRecord, stable_id
+from rewardflow.core.records import stable_id
+from rewardflow.core.rows import RewardRecord
 from rewardflow.events.wire import FORMAT_HEADER, JSON, encode_json
 from rewardflow.rewards.spec import RewardSpec
 

@@ -33,7 +33,8 @@ from rewardflow.sink.batching import Batch
 from rewardflow.clickhouse.catalog import table as table_def
 from rewardflow.clickhouse.errors import ClickHouseUnavailable, clean_message, is_data_error
 from rewardflow.sink.decode import row_line
-from rewardflow.core.records import DeadLetter, stable_id
+from rewardflow.core.records import stable_id
+from rewardflow.core.rows import DeadLetter
 
 STRICT_INPUT: dict[str, Any] = {
     "input_format_parallel_parsing": 0,  # one block per insert: a parse error writes nothing
