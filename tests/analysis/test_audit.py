@@ -159,5 +159,12 @@ def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.
     assert [(ln["reason"], ln["rows"], ln["samples"]) for ln in doc["lines"]] == [(ln.reason, ln.rows, ln.samples) for ln in pure.lines]
     late = next(ln for ln in doc["lines"] if ln["reason"] == "late")["rescore"]
     assert late["changed"] == len(LATE)
-    res = CliRunner().invoke(app, ["audit", "--checkpoint", "ck-b", "--strict"])
+    assert doc["without_events"] == 0 and "warning" not in res.stderr
+    res = CliRunner().invoke(app, ["audit", "--checkpoint", "ck-b", "--strict"], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80, res.stdout
+    ch_db.client.command("TRUNCATE TABLE events")
+    res = CliRunner().invoke(app, ["audit", "--spec", "v1", "--json"])
+    samples = len({r["sample_id"] for r in t.rewards if r["spec_version"] == "v1" and not r["provisional"]})
+    assert f"warning: {samples:,} scored samples have no stored events" in res.stderr
+    assert orjson.loads(res.stdout)["without_events"] == samples

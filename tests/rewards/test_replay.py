@@ -184,3 +184,23 @@ def test_cli_replay_is_idempotent_and_refuses_a_changed_spec(ch_db: Any, monkeyp
     assert res.exit_code == 2 and "can never change" in res.output
     res = runner.invoke(_cli(), ["rewards", "check"])
     assert res.exit_code == 0 and "ok: " in res.output
+
+
+@pytest.mark.clickhouse
+def test_cli_replay_warns_when_stored_rewards_have_no_events(ch_db: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from rewardflow.cli.rewards import Store
+
+    monkeypatch.setenv("REWARDFLOW_CLICKHOUSE_DSN", ch_db.dsn.secret)
+    monkeypatch.setenv("REWARDFLOW_HOME", str(tmp_path))
+    rows, live = _run_stream(_stream_events(sessions=12))
+    gone = {r["sample_id"] for r in live[:5]}
+    store = Store(None, ch_db.client)
+    store.insert("events", [r for r in rows if r["request_id"] not in gone], "t-events")
+    store.insert("rewards", live, "t-rewards")
+    res = CliRunner().invoke(_cli(), ["rewards", "replay", "--spec", str(bundled_specs_dir() / "v1.toml"),
+                                      "--against", "v1", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "warning: 5 stored v1 rewards have no stored events to replay" in res.stderr
+    assert orjson.loads(res.stdout)["without_events"] == 5

@@ -78,27 +78,39 @@ def _fetch(checkpoint: str | None, spec: RewardSpec) -> dict[str, Any]:
             "rewards": rewards, "late": late, "excluded": excluded, "turn_events": turn_events,
             "dead": store.rows("SELECT reason_code FROM dead_letters LIMIT 1 BY dead_letter_id", {}),
             "valid_events": int(store.rows("SELECT uniqExact(event_id) AS n FROM events", {})[0]["n"]),
+            "without_events": int(store.rows(f"SELECT uniqExact(sample_id) AS n FROM rewards WHERE {where} AND "
+                                             "sample_id NOT IN (SELECT request_id FROM events)", params)[0]["n"]),
         }
 
 
 def _render(rep: AuditReport, out: Console) -> None:
-    t = Table("reason", "rows", "samples", "share", "stored mean", "rescored mean", "Δ mean", "changed", "sign flips",
-              "note", title=f"exclusions (spec {rep.spec_version}; {rep.samples} samples, {rep.events} events)")
+    """Tables of at most six columns, so the audit reads at 80 columns."""
+    t = Table("reason", "rows", "samples", "share", "note",
+              title=f"exclusions (spec {rep.spec_version}; {rep.samples} samples, {rep.events} events)")
+    r = Table("reason", "stored mean", "rescored", "Δ mean", "changed", "flips",
+              title="the excluded signals scored back in")
     for ln in rep.lines:
+        t.add_row(ln.reason, str(ln.rows), "-" if ln.samples is None else str(ln.samples),
+                  f"{ln.share:.2%} of {ln.share_of}", ln.note)
         d = ln.rescore if ln.rescore is not None and ln.rescore.paired else None
-        t.add_row(ln.reason, str(ln.rows), "-" if ln.samples is None else str(ln.samples), f"{ln.share:.2%} of {ln.share_of}",
-                  *(("-",) * 5 if d is None else (f"{d.old_mean:+.4f}", f"{d.new_mean:+.4f}", f"{d.mean_delta:+.4f}",
-                                                  str(d.changed), str(d.sign_flips))), ln.note)
+        if d is not None:
+            r.add_row(ln.reason, f"{d.old_mean:+.4f}", f"{d.new_mean:+.4f}", f"{d.mean_delta:+.4f}", str(d.changed),
+                      str(d.sign_flips))
     out.print(t)
+    if r.row_count:
+        out.print(r)
     if rep.dead_by_code:
         out.print("dead letters by reason: " + ", ".join(f"{k}={v}" for k, v in rep.dead_by_code.items()))
-    b = Table("checkpoint", "samples", "with broken call", "broken-call reward", "dodges", "mean dodge",
-              "clean failing", "mean clean failing", "hole", title="broken tool calls (never dropped; scored negative)")
+    b = Table("checkpoint", "samples", "with broken call", "its reward", "hole",
+              title="broken tool calls (never dropped; scored negative)")
+    g = Table("checkpoint", "dodges", "mean dodge", "clean failing", "mean clean",
+              title="dodging: broken calls vs. clean failing turns")
     for c in rep.checkpoints:
-        b.add_row(c.checkpoint_id, str(c.samples), f"{c.broken_samples} ({c.broken_share:.2%})", f"{c.broken_contribution:+.3f}",
-                  str(c.dodges), _f(c.mean_dodge), str(c.clean_failing), _f(c.mean_clean_failing),
-                  "[red]YES: breaking calls pays[/]" if c.hole else "no")
+        b.add_row(c.checkpoint_id, str(c.samples), f"{c.broken_samples} ({c.broken_share:.2%})",
+                  f"{c.broken_contribution:+.3f}", "[red]YES: breaking calls pays[/]" if c.hole else "no")
+        g.add_row(c.checkpoint_id, str(c.dodges), _f(c.mean_dodge), str(c.clean_failing), _f(c.mean_clean_failing))
     out.print(b)
+    out.print(g)
     for flag in rep.flags:
         out.print(f"[red]spec flag[/]: {flag}")
 
@@ -119,8 +131,12 @@ def command(
     rep = audit_counts(spec, data["rewards"], dead=data["dead"], late=data["late"], excluded=data["excluded"],
                        valid_events=data["valid_events"], turn_events=data["turn_events"],
                        cfg=JoinConfig.from_settings(load_settings()))
+    if data["without_events"]:
+        typer.echo(f"warning: {data['without_events']:,} scored samples have no stored events (removed from `events` "
+                   "by retention, or never stored): their late and duplicate signals cannot be rescored", err=True)
     if json_out:
-        sys.stdout.write(orjson.dumps(asdict(rep), option=orjson.OPT_INDENT_2).decode() + "\n")
+        doc = {**asdict(rep), "without_events": data["without_events"]}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _render(rep, Console())
     if strict and (rep.flags or any(c.hole for c in rep.checkpoints)):

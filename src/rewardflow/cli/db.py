@@ -26,6 +26,7 @@ from rewardflow.clickhouse.describe import markdown, table_markdown
 from rewardflow.clickhouse.errors import ClickHouseError, clean_message, is_driver_error
 from rewardflow.clickhouse.migrate import ensure_database
 from rewardflow.clickhouse.migrate import migrate as run_migrations
+from rewardflow.clickhouse.retention import RetentionRefused
 from rewardflow.settings import load_settings
 
 app = typer.Typer(help="ClickHouse schema: migrate and inspect.", no_args_is_help=True, add_completion=False)
@@ -39,15 +40,19 @@ def _fail(message: str) -> typer.Exit:
 @app.command()
 def migrate(
     database: Annotated[str | None, typer.Option("--database", help="Database to migrate (default: the DSN's).")] = None,
+    allow_data_loss: Annotated[bool, typer.Option(
+        "--allow-data-loss", help="Apply a retention change even though it deletes stored rows (they are counted first).")] = False,
 ) -> None:
-    """Create or upgrade the tables and views (safe to run again)."""
+    """Create or upgrade the tables and views (safe to run again: it refuses to delete stored rows unless told)."""
     settings = load_settings()
     dsn = as_dsn(settings.dsn).with_database(database)
     try:
         ensure_database(dsn)
         client = get_client(dsn=dsn)
-        report = run_migrations(client, events_ttl_days=settings.events_ttl_days)
+        report = run_migrations(client, events_ttl_days=settings.events_ttl_days, allow_data_loss=allow_data_loss)
         client.close()
+    except RetentionRefused as exc:
+        raise _fail(str(exc)) from None
     except ClickHouseError as exc:
         raise _fail(f"{exc} (stop it first: migrations need to own a chDB directory)") from None
     except Exception as exc:
@@ -55,8 +60,10 @@ def migrate(
             raise
         raise _fail(f"migration failed on {dsn.masked()}: {clean_message(exc)}") from None
     applied = ", ".join(map(str, report.applied)) or "none"
+    ttl = "; ".join(f"retention of {name} set to {settings.events_ttl_days} days after insertion, {n:,} rows deleted"
+                    for name, n in report.deleted.items())
     typer.echo(f"database {report.database} at {dsn.masked()}: applied migrations {applied}; "
-               f"already applied {len(report.already)}" + (f"; TTL updated on {', '.join(report.ttl_changed)}" if report.ttl_changed else ""))
+               f"already applied {len(report.already)}" + (f"; {ttl}" if ttl else ""))
 
 
 def _rich_table(t: TableDef, counts: dict[str, int]) -> Table:

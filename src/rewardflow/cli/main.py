@@ -13,6 +13,7 @@ import sys
 import typer
 
 from rewardflow.clickhouse.dsn import DsnError
+from rewardflow.clickhouse.errors import ClickHouseError
 from rewardflow.settings import SettingsError
 
 app = typer.Typer(
@@ -56,6 +57,9 @@ def main() -> None:
         sys.exit(2)
     except DsnError as exc:  # (parsed where the DSN is first used)
         typer.echo(f"error: invalid configuration: REWARDFLOW_CLICKHOUSE_DSN: {exc}", err=True)
+        sys.exit(2)
+    except ClickHouseError as exc:  # unavailable, busy, refused (a retention change that would delete rows)
+        typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)

@@ -263,12 +263,18 @@ def replay(
             for i in range(0, len(records), INSERT_ROWS):
                 written += store.insert("rewards", records[i:i + INSERT_ROWS], replay_token(spec_file.spec, rng, i // INSERT_ROWS))
     d = diff_rewards(old, records, top=top)
+    replayed = {r["sample_id"] for r in records}
+    orphaned = len({str(r["sample_id"]) for r in old} - replayed)
+    if orphaned:
+        typer.echo(f"warning: {orphaned:,} stored {against} rewards have no stored events to replay (removed from "
+                   "`events` by retention, or never stored); they show as only in the old version", err=True)
     note = f"{len(records)} final rewards under {spec_file.spec.version} ({rng.describe()}); " + (
         "dry run, nothing written" if dry_run else f"{written} rows sent (duplicates are dropped)")
     if tally:
         note += f"; set aside again during replay: {dict(tally)} (expected none)"
     if json_out:
-        doc = {"note": note, "diff": asdict(d), "mean_delta": d.mean_delta, "flip_fraction": d.flip_fraction}
+        doc = {"note": note, "diff": asdict(d), "mean_delta": d.mean_delta, "flip_fraction": d.flip_fraction,
+               "without_events": orphaned}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     out = Console()

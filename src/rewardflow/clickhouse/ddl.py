@@ -79,8 +79,3 @@ def create_database(name: str) -> str:
 def drop_database(name: str) -> str:
     """``DROP DATABASE IF EXISTS … SYNC`` (without SYNC, dropped data lingers for minutes)."""
     return f"DROP DATABASE IF EXISTS {quote_ident(name)} SYNC"
-
-
-def modify_ttl(table: TableDef, events_ttl_days: int) -> str:
-    """``ALTER TABLE … MODIFY TTL`` to the TTL the settings ask for."""
-    return f"ALTER TABLE {quote_ident(table.name)} MODIFY TTL {ttl_clause(table, events_ttl_days)}"

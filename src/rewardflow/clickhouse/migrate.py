@@ -2,7 +2,10 @@
 
 Contract of :func:`migrate`: after it returns, the database has every table of
 :mod:`.catalog` and every view of :mod:`.views`, and ``events`` has the TTL
-the settings ask for. Running it again changes nothing. Each migration's
+the settings ask for, counted from each row's insertion. A retention change that would delete
+stored rows raises :class:`~.retention.RetentionRefused` (nothing altered) unless
+``allow_data_loss``; then the report says how many rows it deleted. No migration drops a table or
+a column. Running it again changes nothing. Each migration's
 statements are themselves idempotent (``IF NOT EXISTS`` / ``OR REPLACE``), so a
 migration interrupted half-way is completed by the next run; its row in
 ``schema_migrations`` is written only after all its statements succeeded.
@@ -14,14 +17,14 @@ released migration is never edited.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.catalog import ALL_TABLES
-from rewardflow.clickhouse.ddl import add_projection, create_database, create_table, modify_ttl, ttl_clause
+from rewardflow.clickhouse import retention
+from rewardflow.clickhouse.ddl import add_projection, create_database, create_table
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.rowtypes import check as check_row_types
 from rewardflow.clickhouse.tables import BY_SEQ, REWARDS
@@ -69,6 +72,7 @@ class MigrationReport:
     applied: list[int] = field(default_factory=list)
     already: list[int] = field(default_factory=list)
     ttl_changed: list[str] = field(default_factory=list)
+    deleted: dict[str, int] = field(default_factory=dict)  # rows a TTL change deleted, per table
 
 
 def checksum(statements: list[str]) -> str:
@@ -83,24 +87,17 @@ def applied_versions(client: Client) -> set[int]:
     return {int(r[0]) for r in client.query("SELECT DISTINCT version FROM schema_migrations").result_rows}
 
 
-def _reconcile_ttl(client: Client, events_ttl_days: int) -> list[str]:
-    changed = []
-    for table in ALL_TABLES:
-        if "{events_ttl_days}" not in table.ttl:
-            continue
-        query = client.command(
-            "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
-            parameters={"t": table.name},
-        )
-        wanted = re.search(r"INTERVAL (\d+) DAY", ttl_clause(table, events_ttl_days))
-        current = re.search(r"(?:INTERVAL (\d+) DAY|toIntervalDay\((\d+)\))", str(query))
-        if wanted and (current is None or (current.group(1) or current.group(2)) != wanted.group(1)):
-            client.command(modify_ttl(table, events_ttl_days))
-            changed.append(table.name)
-    return changed
+def _reconcile_ttl(client: Client, events_ttl_days: int, allow_data_loss: bool) -> dict[str, int]:
+    """Bring each retention-bound table to the configured TTL: every change is planned (rows it
+    would delete counted) before any is applied, so a refusal alters nothing."""
+    plans = [p for t in ALL_TABLES if "{events_ttl_days}" in t.ttl if (p := retention.plan(client, t, events_ttl_days))]
+    refused = [p for p in plans if p.doomed and not allow_data_loss]
+    if refused:
+        retention.apply(client, refused[0], allow_data_loss=False)  # raises RetentionRefused
+    return {p.table.name: retention.apply(client, p, allow_data_loss=allow_data_loss) for p in plans}
 
 
-def migrate(client: Client, *, events_ttl_days: int = 90) -> MigrationReport:
+def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool = False) -> MigrationReport:
     """Bring the client's current database up to date; see the module contract. Blocks.
 
     Raises :class:`~rewardflow.clickhouse.rowtypes.RowTypesStale` before touching the database when
@@ -122,7 +119,8 @@ def migrate(client: Client, *, events_ttl_days: int = 90) -> MigrationReport:
             column_names=["version", "name", "checksum"],
         )
         report.applied.append(migration.version)
-    report.ttl_changed = _reconcile_ttl(client, events_ttl_days)
+    report.deleted = _reconcile_ttl(client, events_ttl_days, allow_data_loss)
+    report.ttl_changed = list(report.deleted)
     return report
 
 

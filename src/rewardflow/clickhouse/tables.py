@@ -36,7 +36,8 @@ def _month(ms_col: str) -> str:
 EVENTS = TableDef(
     name="events",
     record="EventRow",
-    doc="Validated client events (one row per event), kept events_ttl_days for replay and analysis.",
+    doc="Validated client events (one row per event), kept events_ttl_days after they were stored (not after "
+    "their event time, so a backfill is kept as long as fresh data) for replay and analysis.",
     columns=(
         C("event_id", S, "Client-assigned unique event id."),
         C("event_type", LC, "InferenceServed, AgentEdit, ToolCall, PersistenceCheck, UserAction, FollowUp, ClarifyingQuestion."),
@@ -56,7 +57,7 @@ EVENTS = TableDef(
     engine=replacing(),
     order_by="(org_id, session_id, request_id, event_id)",
     partition_by=_day("ts"),
-    ttl="toDateTime(fromUnixTimestamp64Milli(ts, 'UTC')) + INTERVAL {events_ttl_days} DAY",
+    ttl="toDateTime(_inserted_at) + INTERVAL {events_ttl_days} DAY",
     settings=sink_settings(ttl_only_drop_parts=1),
     id_column="event_id",
 )

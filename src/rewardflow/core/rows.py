@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "a17388046a61a993956f02922f1e85cbe2d8c05ae96fef884691d8bdfa611f45"
+TABLES_DIGEST = "3c5a2c1c6ad071d026d72c63df9d927f56d9490e16a5a81ff066ffab6e2070a2"
 
 
 class EventRow(TypedDict):
-    """A row of ``events``: Validated client events (one row per event), kept events_ttl_days for
+    """A row of ``events``: Validated client events (one row per event), kept events_ttl_days after
+    they were stored (not after their event time, so a backfill is kept as long as fresh data) for
     replay and analysis.
     """
 
