@@ -54,8 +54,12 @@ class Settings(BaseSettings):
     kafka_ssl_cafile: Path | None = None
     topic_prefix: str = Field("rewardflow.", description="Prefix of every topic the platform owns.")
     partitions: int = Field(4, ge=1, le=1024, description="Partitions of the topics rewardflow creates.")
-    local_kafka_port: int = Field(19092, ge=1024, le=65535)
-    local_kafka_controller_port: int = Field(19093, ge=1024, le=65535)
+    local_kafka_port: int | None = Field(
+        None, ge=1024, le=65535,
+        description="Client port of the local broker (`rewardflow kafka up`); default: the port of a loopback "
+        "kafka_bootstrap, else 19092.")
+    local_kafka_controller_port: int | None = Field(
+        None, ge=1024, le=65535, description="KRaft controller port of the local broker; default: its client port + 1.")
 
     # --- ClickHouse ------------------------------------------------------------
     clickhouse_dsn: SecretStr = Field(
@@ -166,11 +170,29 @@ class Settings(BaseSettings):
                 "bearer tokens in clear text. Set REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE, or, "
                 "behind a TLS proxy on a trusted network, REWARDFLOW_WEB_INSECURE_PUBLIC=true"
             )
-        if self.local_kafka_port == self.local_kafka_controller_port:
-            raise ValueError("local_kafka_port and local_kafka_controller_port must differ")
+        if self.local_broker_port == self.local_broker_controller_port:
+            raise ValueError("the local broker's client and controller ports must differ "
+                             "(REWARDFLOW_LOCAL_KAFKA_PORT, REWARDFLOW_LOCAL_KAFKA_CONTROLLER_PORT)")
         return self
 
     # --- derived ---------------------------------------------------------------------
+    @property
+    def local_broker_port(self) -> int:
+        """The local broker's client port: set, or the port of a one-address loopback bootstrap, or 19092."""
+        if self.local_kafka_port is not None:
+            return self.local_kafka_port
+        items = [x.strip() for x in self.kafka_bootstrap.split(",") if x.strip()]
+        if len(items) == 1 and _is_loopback(_bootstrap_hosts(items[0])[0]):
+            port = items[0].rsplit(":", 1)[-1]
+            if port.isdigit() and 1024 <= int(port) < 65535:
+                return int(port)
+        return 19092
+
+    @property
+    def local_broker_controller_port(self) -> int:
+        """The local broker's KRaft controller port: set, or the client port + 1."""
+        return self.local_kafka_controller_port or self.local_broker_port + 1
+
     def topic(self, name: str) -> str:
         """Full topic name for a logical name such as ``events.raw``."""
         return f"{self.topic_prefix}{name}"

@@ -1,7 +1,9 @@
 """``rewardflow kafka up | down | status``: the project's local Apache Kafka broker.
 
-Options override settings (``REWARDFLOW_LOCAL_KAFKA_PORT``, ``…_CONTROLLER_PORT``,
-``REWARDFLOW_PARTITIONS``, ``REWARDFLOW_HOME``). The broker's data lives in
+The broker listens on the port of ``REWARDFLOW_KAFKA_BOOTSTRAP`` when that is one loopback
+address (default ``127.0.0.1:19092``), its controller on the next port. Options override settings
+(``REWARDFLOW_LOCAL_KAFKA_PORT``, ``…_CONTROLLER_PORT``, ``REWARDFLOW_PARTITIONS``,
+``REWARDFLOW_HOME``). The broker's data lives in
 ``<home>/kafka/data-<port>``, so ``--port`` also selects which broker
 ``down`` and ``status`` address. User-fixable failures print one line on
 stderr and exit with code 2.
@@ -27,7 +29,7 @@ app = typer.Typer(
 )
 
 PortOpt = Annotated[
-    int | None, typer.Option("--port", help="Client (PLAINTEXT) port. (default: REWARDFLOW_LOCAL_KAFKA_PORT)")
+    int | None, typer.Option("--port", help="Client (PLAINTEXT) port. (default: REWARDFLOW_LOCAL_KAFKA_PORT, else the port of a loopback REWARDFLOW_KAFKA_BOOTSTRAP)")
 ]
 HomeOpt = Annotated[
     Path | None, typer.Option("--home", help="State and jar cache directory. (default: REWARDFLOW_HOME)")
@@ -38,10 +40,11 @@ T = TypeVar("T")
 
 def _broker(port: int | None, controller_port: int | None, partitions: int | None, home: Path | None) -> LocalBroker:
     settings = load_settings()
+    port = port or settings.local_broker_port
     return LocalBroker(
         home=home or settings.home,
-        port=port or settings.local_kafka_port,
-        controller_port=controller_port or settings.local_kafka_controller_port,
+        port=port,
+        controller_port=controller_port or settings.local_kafka_controller_port or port + 1,
         partitions=partitions or settings.partitions,
     )
 
@@ -67,7 +70,7 @@ def up(
     port: PortOpt = None,
     controller_port: Annotated[
         int | None,
-        typer.Option("--controller-port", help="KRaft controller port. (default: REWARDFLOW_LOCAL_KAFKA_CONTROLLER_PORT)"),
+        typer.Option("--controller-port", help="KRaft controller port. (default: REWARDFLOW_LOCAL_KAFKA_CONTROLLER_PORT, else the client port + 1)"),
     ] = None,
     partitions: Annotated[
         int | None,

@@ -35,7 +35,7 @@ def ensure_kafka(settings: Settings, start: bool) -> None:
               "or pass --start-kafka")
     from rewardflow.kafka_local import LocalBroker
 
-    broker = LocalBroker(settings.home, settings.local_kafka_port, settings.local_kafka_controller_port,
+    broker = LocalBroker(settings.home, settings.local_broker_port, settings.local_broker_controller_port,
                          settings.partitions)
     info = broker.up(timeout=120)
     typer.echo(f"started local Kafka at {info.bootstrap} (pid {info.pid})")

@@ -87,7 +87,7 @@ class DemoRunner:
         s = self.settings
         if not metadata_ready(s.kafka_bootstrap, timeout=3.0):
             self.console.print(f"starting the local Kafka broker on {s.kafka_bootstrap} …")
-            broker = LocalBroker(s.home, s.local_kafka_port, s.local_kafka_controller_port, s.partitions)
+            broker = LocalBroker(s.home, s.local_broker_port, s.local_broker_controller_port, s.partitions)
             broker.up(timeout=180)
             self.started_broker = broker
         ensure_topics(s)

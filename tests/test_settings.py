@@ -1,0 +1,29 @@
+"""Settings: the local broker follows a loopback bootstrap; conflicting ports fail fast. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardflow.settings import Settings, SettingsError, load_settings
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "port", "controller"),
+    [("127.0.0.1:19092", 19092, 19093), ("localhost:29092", 29092, 29093), ("[::1]:39092", 39092, 39093),
+     ("kafka.internal:9092", 19092, 19093), ("127.0.0.1:9092,127.0.0.1:9094", 19092, 19093)],
+)
+def test_the_local_broker_listens_where_a_loopback_bootstrap_points(bootstrap: str, port: int, controller: int) -> None:
+    s = Settings(kafka_bootstrap=bootstrap)
+    assert (s.local_broker_port, s.local_broker_controller_port) == (port, controller)
+
+
+def test_explicit_local_ports_win() -> None:
+    s = Settings(kafka_bootstrap="127.0.0.1:29092", local_kafka_port=31000, local_kafka_controller_port=31005)
+    assert (s.local_broker_port, s.local_broker_controller_port) == (31000, 31005)
+
+
+def test_equal_local_ports_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REWARDFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:29092")
+    monkeypatch.setenv("REWARDFLOW_LOCAL_KAFKA_CONTROLLER_PORT", "29092")
+    with pytest.raises(SettingsError, match="client and controller ports must differ"):
+        load_settings()
