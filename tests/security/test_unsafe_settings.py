@@ -120,3 +120,21 @@ def test_an_unexpected_error_is_one_line_and_the_traceback_is_opt_in(monkeypatch
     monkeypatch.setenv("REWARDFLOW_DEBUG", "1")
     with pytest.raises(TimeoutError):
         cli.main()
+
+
+@pytest.mark.parametrize("args, taken", [(["run", "--no-sink"], 1), (["run", "--no-worker"], 0)])
+def test_a_second_deployment_on_a_taken_port_is_one_error_line(args: list[str], taken: int, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1] - taken  # the endpoint serves on WEB_PORT, the worker's metrics on the next
+        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("REWARDFLOW_")}
+        env.update({"REWARDFLOW_HOME": str(tmp_path), "REWARDFLOW_WEB_PORT": str(port),
+                    "REWARDFLOW_CLICKHOUSE_DSN": f"chdb://{tmp_path / 'ch'}", "REWARDFLOW_KAFKA_BOOTSTRAP": "127.0.0.1:9"})
+        exe = shutil.which("rewardflow", path=str(Path(sys.executable).parent)) or "rewardflow"
+        proc = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: port ") and "is taken" in proc.stderr and "REWARDFLOW_WEB_PORT" in proc.stderr
+    assert "Traceback" not in proc.stderr

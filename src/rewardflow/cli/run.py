@@ -41,6 +41,25 @@ def ensure_kafka(settings: Settings, start: bool) -> None:
     typer.echo(f"started local Kafka at {info.bootstrap} (pid {info.pid})")
 
 
+def ensure_ports_free(settings: Settings, sink: bool, worker: bool) -> None:
+    """Fail with one line when a port this process will serve on is taken (by another deployment)."""
+    import socket
+
+    from rewardflow.clickhouse.connect import as_dsn
+
+    wanted = [("read endpoint", settings.web_port)] if sink and as_dsn(settings.dsn).embedded else []
+    wanted += [("worker metrics", settings.web_port + 1)] if worker else []
+    for what, port in wanted:
+        with socket.socket(socket.AF_INET6 if ":" in settings.web_host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((settings.web_host, port))
+            except OSError as exc:
+                _fail(f"port {port} on {settings.web_host} ({what}) is taken: {exc.strerror}. Another `rewardflow run` "
+                      "may be running; stop it, or move this one with REWARDFLOW_WEB_PORT (it serves on that port "
+                      "and the next)")
+
+
 class StatusLine(threading.Thread):
     """Logs one structured status line every ``interval`` seconds."""
 
@@ -87,6 +106,7 @@ def command(
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
+    ensure_ports_free(settings, sink, worker)
     ensure_kafka(settings, start_kafka)
     from rewardflow.kafka.provision import ensure_topics
 

@@ -19,8 +19,13 @@ from rich.console import Console
 from rich.table import Table
 
 
-def plain(value: Any) -> Any:
-    """A JSON-friendly version of one Arrow Python value."""
+def plain(value: Any, typ: pa.DataType | None = None) -> Any:
+    """A JSON-friendly version of one Arrow Python value; ``typ`` (its Arrow type) tells an empty map
+    (``{}``) from an empty list."""
+    if typ is not None and pa.types.is_map(typ) and isinstance(value, list):
+        return {str(k): plain(v, typ.item_type) for k, v in value}
+    if typ is not None and pa.types.is_list(typ) and isinstance(value, list):
+        return [plain(v, typ.value_type) for v in value]
     if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
         return {str(k): plain(v) for k, v in value}
     if isinstance(value, list):
@@ -38,7 +43,8 @@ def plain(value: Any) -> Any:
 
 def rows(table: pa.Table) -> list[dict[str, Any]]:
     """The result as a list of plain dicts (column order kept)."""
-    return [{k: plain(v) for k, v in r.items()} for r in table.to_pylist()]
+    types = {f.name: f.type for f in table.schema}
+    return [{k: plain(v, types[k]) for k, v in r.items()} for r in table.to_pylist()]
 
 
 def write_json(table: pa.Table, out: TextIO) -> None:
@@ -53,7 +59,8 @@ def write_csv(table: pa.Table, out: TextIO) -> None:
     for name in table.column_names:
         col = table.column(name)
         if pa.types.is_nested(col.type) or pa.types.is_binary(col.type):
-            cols[name] = pa.array([None if v is None else orjson.dumps(plain(v)).decode() for v in col.to_pylist()], pa.string())
+            cols[name] = pa.array([None if v is None else orjson.dumps(plain(v, col.type)).decode() for v in col.to_pylist()],
+                                  pa.string())
         else:
             cols[name] = col
     buf = io.BytesIO()
