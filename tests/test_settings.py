@@ -27,3 +27,22 @@ def test_equal_local_ports_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REWARDFLOW_LOCAL_KAFKA_CONTROLLER_PORT", "29092")
     with pytest.raises(SettingsError, match="client and controller ports must differ"):
         load_settings()
+
+
+def test_librdkafka_logs_through_python_logging_never_raw_to_the_terminal() -> None:
+    import re
+    import subprocess
+    import sys
+
+    script = (
+        "import time\n"
+        "from confluent_kafka import Producer\n"
+        "from rewardflow.settings import load_settings\n"
+        "p = Producer(load_settings(kafka_bootstrap='127.0.0.1:9').kafka_client_config())\n"
+        "p.produce('t', b'x'); end = time.time() + 1.5\n"
+        "while time.time() < end: p.poll(0.1)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Connect to ipv4#127.0.0.1:9 failed" in proc.stderr  # a real error still reaches the log
+    assert not re.search(r"^%\d\|", proc.stderr, re.M), proc.stderr[:500]

@@ -12,6 +12,7 @@ how to fix it. Unsafe combinations fail here, at start, never later.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import secrets
 import time
@@ -202,8 +203,10 @@ class Settings(BaseSettings):
         return self.clickhouse_dsn.get_secret_value()
 
     def kafka_client_config(self) -> dict[str, Any]:
-        """confluent-kafka (librdkafka) security config; empty for PLAINTEXT."""
-        cfg: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap}
+        """confluent-kafka (librdkafka) connection and security config. librdkafka's own log lines go to
+        the Python logger ``rewardflow.librdkafka`` (errors only, unless configured lower), never raw
+        to the terminal."""
+        cfg: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap, "logger": LIBRDKAFKA_LOG}
         if self.kafka_security_protocol != "PLAINTEXT":
             cfg["security.protocol"] = self.kafka_security_protocol
         if self.kafka_sasl_mechanism:
@@ -215,6 +218,11 @@ class Settings(BaseSettings):
         if self.kafka_ssl_cafile:
             cfg["ssl.ca.location"] = str(self.kafka_ssl_cafile)
         return cfg
+
+
+LIBRDKAFKA_LOG = logging.getLogger("rewardflow.librdkafka")
+if LIBRDKAFKA_LOG.level == logging.NOTSET:  # its transient start-up warnings (GETPID, retries) are not the user's
+    LIBRDKAFKA_LOG.setLevel(logging.ERROR)
 
 
 def _bootstrap_hosts(bootstrap: str) -> list[str]:
