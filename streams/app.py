@@ -107,6 +107,8 @@ class JoinWorker:
             stream_wait_empty=False,
             table_standby_replicas=0,
             broker_commit_interval=1.0,
+            broker_session_timeout=settings.group_session_timeout_s,
+            broker_heartbeat_interval=min(3.0, settings.group_session_timeout_s / 3),
             TableManager=CommitLedger,  # records only the commits the broker confirmed
         )
         self.raw_topic = self.app.topic(settings.topic(T.RAW), partitions=settings.partitions,

@@ -46,3 +46,13 @@ def test_librdkafka_logs_through_python_logging_never_raw_to_the_terminal() -> N
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Connect to ipv4#127.0.0.1:9 failed" in proc.stderr  # a real error still reaches the log
     assert not re.search(r"^%\d\|", proc.stderr, re.M), proc.stderr[:500]
+
+
+def test_worker_and_sink_take_the_group_session_timeout() -> None:
+    from rewardflow.sink.config import consumer_config
+    from rewardflow_streams.app import JoinWorker
+
+    s = Settings(group_session_timeout_s=12.0)
+    conf = JoinWorker(s, web=False).app.conf
+    assert (conf.broker_session_timeout, conf.broker_heartbeat_interval) == (12.0, 3.0)
+    assert consumer_config(s, "g")["session.timeout.ms"] == 12_000

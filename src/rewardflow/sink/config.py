@@ -39,6 +39,7 @@ def consumer_config(settings: Settings, group_id: str, overrides: Mapping[str, A
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
         "max.poll.interval.ms": 300_000,
+        "session.timeout.ms": int(settings.group_session_timeout_s * 1000),
     }
     for key in ("enable.auto.commit", "enable.auto.offset.store"):
         if overrides and str((overrides.get(key, False))).lower() in _TRUE:

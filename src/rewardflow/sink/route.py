@@ -101,6 +101,9 @@ class RewardSink:
         self._closed = False
         self._consumer = Consumer(config)
         self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        log.info("sink joining consumer group %s: partitions a stopped sink held come back within %.0f s "
+                 "(REWARDFLOW_GROUP_SESSION_TIMEOUT_S) if it did not leave the group", config["group.id"],
+                 settings.group_session_timeout_s)
 
     # --- consume + decode + batch --------------------------------------------
     def poll_once(self, timeout: float = 0.1) -> int:
