@@ -200,12 +200,23 @@ def test_late_events_are_routed_and_counted_after_finalisation() -> None:
     (row,) = out.late
     assert row["reason"] == "late" and row["event_id"] == late_fu["event_id"]
     assert row["checkpoint_id"] == "ck-a" and row["request_id"] == "r1" and row["watermark"] == DEADLINE
-    # a turn too old to start is late too, with no checkpoint known
-    out = f.send(ev("InferenceServed", "old", ts=DEADLINE - SETTLE - 1))
+    # a turn too old to start is late too; a served event names its own checkpoint, any other none
+    out = f.send(ev("InferenceServed", "old", ts=DEADLINE - SETTLE - 1, checkpoint_id="ck-b"))
+    assert [(r["reason"], r["checkpoint_id"]) for r in out.late] == [("late", "ck-b")]
+    out = f.send(ev("FollowUp", "older", ts=DEADLINE - SETTLE - 1))
     assert [(r["reason"], r["checkpoint_id"]) for r in out.late] == [("late", "")]
     f.tick(DEADLINE + 10 * SETTLE)
     assert f.final() == [final]  # never revised
-    assert len(f.total.late) == 2
+    assert len(f.total.late) == 3
+
+
+def test_a_duplicate_is_attributed_to_its_turns_checkpoint() -> None:
+    f = Feed()
+    served = ev("InferenceServed", "r1", checkpoint_id="ck-b")
+    edit = ev("AgentEdit", "r1", ts=T0 + 10)
+    f.send(served, edit)
+    out = f.send(edit)
+    assert [(r["reason"], r["checkpoint_id"]) for r in out.excluded] == [("duplicate", "ck-b")]
 
 
 def test_an_event_exactly_at_the_start_limit_still_opens_a_turn() -> None:

@@ -48,7 +48,8 @@ EXCLUSION_COLUMNS: tuple[Column, ...] = (
     C("org_id", LC, "Organisation."),
     C("event_id", S, "Event concerned ('' for a turn-level exclusion)."),
     C("event_type", LC, "Its type."),
-    C("checkpoint_id", LC, "Checkpoint, '' when unknown (orphans)."),
+    C("checkpoint_id", LC, "Checkpoint that served the turn: the event's own for an InferenceServed, else its turn's; '' when "
+      "no served event is known (orphans, or a late event whose turn's state was already pruned)."),
     C("ts", "Int64", "Event time, epoch ms."),
     C("watermark", "Int64", "Epoch ms. Late event of a finalised turn: the watermark that finalised the turn. "
                             "Otherwise the partition watermark when excluded (a replay after a crash may "

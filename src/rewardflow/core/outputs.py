@@ -15,7 +15,8 @@ import orjson
 from rewardflow.core.records import stable_id
 from rewardflow.core.rows import DeadLetter, EventRow, Exclusion, RewardRecord, WindowAggregate
 from rewardflow.core.turn import TurnState
-from rewardflow.events.models import Envelope
+from rewardflow.core.session import Tombstone, tombstone_checkpoint
+from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import shown
 
 
@@ -112,3 +113,13 @@ def turn_exclusion(turn: TurnState, wm: int, partition: int, failure: str = "") 
         "event_id": "", "event_type": "", "checkpoint_id": "", "ts": turn.first_ts, "watermark": wm,
         "source_partition": partition, "payload": orjson.dumps(payload).decode(),
     }
+
+
+def checkpoint_of(ev: Envelope, turn: TurnState | None, done: Tombstone | None) -> str:
+    """The checkpoint an excluded event is attributed to: its own (InferenceServed), its open turn's or
+    its finalised turn's; '' when none is known (the turn's state is gone)."""
+    if isinstance(ev, InferenceServed):
+        return ev.checkpoint_id
+    if turn is not None and turn.served:
+        return str(turn.served["checkpoint_id"])
+    return tombstone_checkpoint(done) if done is not None else ""

@@ -39,10 +39,11 @@ import heapq
 from typing import Any
 
 from rewardflow.core.config import JoinConfig, StateStore
-from rewardflow.core.outputs import Outputs, dead_letter, event_json, event_row, exclusion, failed_record, turn_exclusion
+from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
+                                     turn_exclusion)
 from rewardflow.core.limits import refusal
 from rewardflow.core.rows import WindowAggregate
-from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.core.session import SessionState, Tombstone, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.windows import WindowBook, window_from_obj, window_start
@@ -254,7 +255,8 @@ class PartitionProcessor:
         seen = st.seen.get(event_id)
         if seen is not None:
             if seen[1] != offset or seen[2] != idx:
-                out.excluded.append(exclusion("duplicate", ev, raw, "", self.wm, self.partition, offset, idx))
+                ck = checkpoint_of(ev, st.turns.get(f["request_id"]), st.done.get(f["request_id"]))
+                out.excluded.append(exclusion("duplicate", ev, raw, ck, self.wm, self.partition, offset, idx))
                 return
             # a redelivery of the very same record, already applied: not re-applied, but its row's
             # delivery is uncertain (re-emit, same id) and the watermark must still account for it
@@ -270,14 +272,15 @@ class PartitionProcessor:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
         if done is not None and self._live(done):
             # the watermark that finalised the turn: a replay after a crash gives the same row
-            out.late.append(exclusion("late", ev, raw, _ckpt(done), done.wm, self.partition, offset, idx))
+            out.late.append(exclusion("late", ev, raw, tombstone_checkpoint(done), done.wm, self.partition, offset, idx))
             return
         turn = st.turns.get(rid)
         served = type(ev) is InferenceServed
         # too old to start a turn; a served event that old is late even for an open turn, because
         # its served_ts could fall in a window that is already closed
         if ts + self.cfg.settle_ms < self.wm and (turn is None or served):
-            out.late.append(exclusion("late", ev, raw, "", self.wm, self.partition, offset, idx))
+            ck = checkpoint_of(ev, turn, None)
+            out.late.append(exclusion("late", ev, raw, ck, self.wm, self.partition, offset, idx))
             return
         over = refusal(st, self.cfg, turn is None, self._clock, self._live)
         if over is not None:
@@ -494,7 +497,3 @@ class PartitionProcessor:
         if self.maxts == -_NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
             return None
         return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
-
-
-def _ckpt(t: Tombstone) -> str:
-    return str(t.outcome["checkpoint_id"]) if t.outcome else ""

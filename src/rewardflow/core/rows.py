@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "3c5a2c1c6ad071d026d72c63df9d927f56d9490e16a5a81ff066ffab6e2070a2"
+TABLES_DIGEST = "9b5055c26cc5868a337a19c954681ca1f58b68158e4fcb8d63fa5bb1eb33b52a"
 
 
 class EventRow(TypedDict):
@@ -234,7 +234,7 @@ class Exclusion(TypedDict):
     event_id: str
     # Its type.
     event_type: str
-    # Checkpoint, '' when unknown (orphans).
+    # Checkpoint that served the turn: the event's own for an InferenceServed, else its turn's; '' when no served event is known (orphans, or a late event whose turn's state was already pruned).
     checkpoint_id: str
     # Event time, epoch ms.
     ts: int

@@ -252,3 +252,8 @@ def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values
         return last
     tail = orjson.dumps(dict(islice(values.items(), last[1], None)), option=JSON_OPTS)
     return source, n, (last[2][:-1] + b"," + tail[1:]) if last[1] else tail
+
+
+def tombstone_checkpoint(t: Tombstone) -> str:
+    """The checkpoint that served a finalised turn ('' for an orphan)."""
+    return str(t.outcome["checkpoint_id"]) if t.outcome else ""
