@@ -42,11 +42,11 @@ def tune_gc() -> None:
 def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING",
                on_stopped: list[Callable[[], None]] | None = None, join: JoinWorker | None = None) -> int:
     """Create topics, start the Faust worker and block until it stops. Returns an exit code."""
+    log.info("worker starting: Kafka at %s, consumer group %s; partitions a stopped worker held come back "
+             "within %.0f s (REWARDFLOW_GROUP_SESSION_TIMEOUT_S) if it did not leave the group",
+             settings.kafka_bootstrap, settings.topic("worker"), settings.group_session_timeout_s)
     ensure_topics(settings)
     join = join or JoinWorker(settings, web=web)
-    log.info("joining consumer group %s: partitions a stopped worker held come back within %.0f s "
-             "(REWARDFLOW_GROUP_SESSION_TIMEOUT_S) if it did not leave the group", join.app.conf.id,
-             settings.group_session_timeout_s)
     worker = faust.Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # No terminal spinner: with one, Faust sets the root logger to DEBUG to spin on every record,
     # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
