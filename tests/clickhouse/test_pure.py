@@ -44,6 +44,11 @@ def test_clean_message_is_one_line_without_repeats_or_version() -> None:
     assert clean_message(RuntimeError(raw)) == "Code 60: Unknown table expression identifier 'x' in scope SELECT * FROM x. (UNKNOWN_TABLE)"
 
 
+def test_a_missing_rewardflow_table_says_how_to_create_it() -> None:
+    raw = "Code: 60. DB::Exception: Unknown table expression identifier 'trainer_cursors' in scope SELECT 1. (UNKNOWN_TABLE)"
+    assert clean_message(RuntimeError(raw)).endswith("created by `rewardflow db migrate`, which `rewardflow run` also does at start)")
+
+
 def test_probe_engine_on_a_free_and_a_missing_directory(tmp_path: Path) -> None:
     assert probe_engine(tmp_path / "missing") is None
     (tmp_path / LOCK_FILE).write_text("4242\n")
