@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationInfo, field_validator
 
-SCHEMA_DIGEST = "3e270eafee954f368d9856208acd33850be07ab1919dce73dd3a67d1ad0883fb"
+SCHEMA_DIGEST = "9187a0109eb71ad3316d5405f656ef2e029c97a16463933dd60d331bd5e032ee"
 
 Surface = Literal["tab", "composer", "agent", "chat"]
 ToolStatus = Literal["ok", "error", "broken"]
@@ -56,6 +56,9 @@ class Envelope(BaseModel):
         description="One agent turn; the join key of every signal about that turn. Max 128 chars.",
     )
     producer: Producer = Field(description="The client that emitted this event.")
+    client_ts: Annotated[int, Strict(), Field(ge=946684800000, lt=4102444800000)] | None = Field(
+        default=None, description="The event time by the client's own clock, kept when an ingestion edge (rewardflow collect) corrected ts for that clock's offset (ts = received_at - (sent_at - client_ts)); null when ts is the client's.",
+    )
 
 
 class InferenceServed(Envelope):
