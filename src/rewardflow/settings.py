@@ -104,6 +104,15 @@ class Settings(BaseSettings):
     web_tls_certfile: Path | None = Field(None, description="PEM certificate: the read endpoint serves HTTPS.")
     web_tls_keyfile: Path | None = Field(None, description="PEM private key of web_tls_certfile.")
     web_insecure_public: bool = Field(False, description="Serve the read endpoint without TLS on a non-loopback web_host (only behind a TLS proxy on a trusted network).")
+    collect_host: str = Field("127.0.0.1", description="Address of the ingestion edge (rewardflow collect).")
+    collect_port: int = Field(16068, ge=1024, le=65535, description="Port of the ingestion edge.")
+    collect_max_body_bytes: int = Field(1024**2, ge=1024, le=64 * 1024**2, description="Largest request body of the edge, after gzip inflation; larger gets 413.")
+    collect_max_events: int = Field(500, ge=1, le=10_000, description="Events one request may carry; more gets 413.")
+    collect_rate_events_per_s: float = Field(5_000.0, gt=0, description="Events per second one key may send (token bucket); more gets 429 with Retry-After.")
+    collect_rate_burst: int = Field(20_000, ge=1, description="Events a key may send at once before its rate applies.")
+    collect_ack_timeout_s: float = Field(10.0, gt=0, le=300, description="How long a request waits for Kafka's acknowledgement before it gets 503 with Retry-After.")
+    collect_clock_tolerance_ms: int = Field(1_000, ge=0, le=60_000, description="A client clock (sent_at) further than this from the edge's is corrected: ts = received_at - (sent_at - ts).")
+    collect_key_refresh_s: float = Field(2.0, gt=0, le=300, description="The edge reloads the keys this often: a revoked key stops working within it.")
     read_token: SecretStr | None = Field(None, description="Bearer token the CLI and RewardReader present to a read endpoint (default: the local token file of the chDB owner).")
     read_max_execution_s: float = Field(120.0, gt=0, le=86_400, description="A read query is stopped after this many seconds.")
     read_max_memory_bytes: int = Field(2 * 1024**3, ge=1024**2, description="Memory one read query may use.")
@@ -166,6 +175,12 @@ class Settings(BaseSettings):
             raise ValueError("tick_key must be at least 16 characters (use a long random string)")
         if (self.web_tls_certfile is None) != (self.web_tls_keyfile is None):
             raise ValueError("REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE go together")
+        if not _is_loopback(self.collect_host) and self.web_tls_certfile is None and not self.web_insecure_public:
+            raise ValueError(
+                f"collect_host {self.collect_host} is not a loopback address: keys and events would cross the "
+                "network in clear text. Set REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE, or, behind a "
+                "TLS proxy on a trusted network, REWARDFLOW_WEB_INSECURE_PUBLIC=true"
+            )
         if not _is_loopback(self.web_host) and self.web_tls_certfile is None and not self.web_insecure_public:
             raise ValueError(
                 f"web_host {self.web_host} is not a loopback address: the read endpoint would serve SQL and "

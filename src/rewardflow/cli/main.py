@@ -31,8 +31,9 @@ _GROUPS = {
     "db": "ClickHouse schema: migrate and inspect.",
     "rewards": "Reward specs: list, check and replay.",
     "tokens": "Bearer tokens of the read endpoint: create, list, revoke.",
+    "keys": "Keys of the ingestion edge: create, list, revoke.",
 }
-_COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench", "codegen"]
+_COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench", "codegen", "collect"]
 
 
 def _mount() -> None:

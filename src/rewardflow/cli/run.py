@@ -41,7 +41,7 @@ def ensure_kafka(settings: Settings, start: bool) -> None:
     typer.echo(f"started local Kafka at {info.bootstrap} (pid {info.pid})")
 
 
-def ensure_ports_free(settings: Settings, sink: bool, worker: bool) -> None:
+def ensure_ports_free(settings: Settings, sink: bool, worker: bool, collect: bool = False) -> None:
     """Fail with one line when a port this process will serve on is taken (by another deployment)."""
     import socket
 
@@ -49,15 +49,18 @@ def ensure_ports_free(settings: Settings, sink: bool, worker: bool) -> None:
 
     wanted = [("read endpoint", settings.web_port)] if sink and as_dsn(settings.dsn).embedded else []
     wanted += [("worker metrics", settings.web_port + 1)] if worker else []
+    hosts = {"read endpoint": settings.web_host, "worker metrics": settings.web_host, "collector": settings.collect_host}
+    wanted += [("collector", settings.collect_port)] if collect else []
     for what, port in wanted:
-        with socket.socket(socket.AF_INET6 if ":" in settings.web_host else socket.AF_INET) as probe:
+        host = hosts[what]
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind((settings.web_host, port))
+                probe.bind((host, port))
             except OSError as exc:
-                _fail(f"port {port} on {settings.web_host} ({what}) is taken: {exc.strerror}. Another `rewardflow run` "
-                      "may be running; stop it, or move this one with REWARDFLOW_WEB_PORT (it serves on that port "
-                      "and the next)")
+                variable = "REWARDFLOW_COLLECT_PORT" if what == "collector" else "REWARDFLOW_WEB_PORT (it serves on that port and the next)"
+                _fail(f"port {port} on {host} ({what}) is taken: {exc.strerror}. Another `rewardflow run` "
+                      f"may be running; stop it, or move this one with {variable}")
 
 
 class StatusLine(threading.Thread):
@@ -97,6 +100,8 @@ def command(
     monitor_baseline: str | None = typer.Option(None, help="Baseline checkpoint of the Goodhart monitors "
                                                 "(default: each checkpoint against its own trailing windows)."),
     monitor_interval: float = typer.Option(60.0, help="Seconds between Goodhart monitor rounds (0 = off)."),
+    collect: bool = typer.Option(False, "--collect/--no-collect", help="Also serve the ingestion edge "
+                                 "(POST /v1/events on COLLECT_HOST:COLLECT_PORT) from this process."),
 ) -> None:
     """Run the stream worker and the ClickHouse sink against the configured Kafka and ClickHouse.
 
@@ -106,7 +111,7 @@ def command(
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
-    ensure_ports_free(settings, sink, worker)
+    ensure_ports_free(settings, sink, worker, collect)
     ensure_kafka(settings, start_kafka)
     from rewardflow.kafka.provision import ensure_topics
 
@@ -136,12 +141,15 @@ def command(
             reads = _read_endpoint(settings, sink_obj.dsn)
 
     def stop_sink() -> None:
+        if edge is not None:
+            edge.stop()  # requests in flight finish and Kafka acknowledges them before the sink stops
         stop.set()
         if thread is not None:
             thread.join()
         if reads is not None:
             reads.stop()
 
+    edge = _collector(settings, sink_obj.dsn if sink and sink_obj.dsn.embedded else None) if collect else None
     if sink and monitor_interval > 0:
         from rewardflow.analysis.monitor_loop import MonitorLoop
 
@@ -163,6 +171,15 @@ def command(
         status.stopped.set()
         stop_sink()
     raise typer.Exit(code)
+
+
+def _collector(settings: Settings, owned_dsn: Any) -> Any:
+    """The ingestion edge, started; keys come from this process's engine when it owns chDB."""
+    from rewardflow.clickhouse.connect import get_client, open_reader
+    from rewardflow.collector.server import Collector, keys_from_client, keys_from_reader
+
+    load = keys_from_client(get_client(dsn=owned_dsn)) if owned_dsn is not None else keys_from_reader(open_reader(settings))
+    return Collector(settings, load).start()
 
 
 def _read_endpoint(settings: Settings, dsn: Any) -> Any:

@@ -68,7 +68,7 @@ def clean_message(exc: BaseException) -> str:
     code = error_code(exc)
     body = _TRAILER.sub("", _DUP.sub("", text)).strip()
     body = re.sub(r"\s*\n\s*", " ", body)
-    if code in (60, 81) and re.search(r"(table|database)\b.*\b(rewards|events|reward_windows|trainer_cursors|"
+    if code in (60, 81) and re.search(r"(table|database)\b.*\b(rewards|events|reward_windows|trainer_cursors|ingest_keys|"
                                       r"dead_letters|late_events|exclusions|alerts|rewardflow)\b", body, re.I):
         body += (" (the rewardflow tables are created by `rewardflow db migrate`, which `rewardflow run` "
                  "also does at start)")

@@ -28,12 +28,12 @@ from rewardflow.clickhouse.ddl import add_projection, create_database, create_ta
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.rowtypes import check as check_row_types
 from rewardflow.clickhouse.tables import BY_SEQ, REWARDS
-from rewardflow.clickhouse.tables_state import REWARD_SPECS, SCHEMA_MIGRATIONS
+from rewardflow.clickhouse.tables_state import INGEST_KEYS, REWARD_SPECS, SCHEMA_MIGRATIONS
 from rewardflow.clickhouse.views import ALL_VIEWS
 
 # Migration 1 created every table of the catalogue as it stood then; tables added to the
 # catalogue later get their own migration, so migration 1 renders the same statements forever.
-_LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name})
+_LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name, INGEST_KEYS.name})
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "reward spec ledger", lambda ttl: [create_table(REWARD_SPECS)]),
     # the trainer pull reads rewards in _seq order; existing rows get the projection by a background mutation
     Migration(5, "rewards in _seq order for the trainer pull", lambda ttl: add_projection(REWARDS, BY_SEQ.name)),
+    Migration(6, "keys of the ingestion edge", lambda ttl: [create_table(INGEST_KEYS)]),
 )
 
 

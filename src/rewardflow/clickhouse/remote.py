@@ -90,7 +90,7 @@ class RemoteReader:
                 raise ReadOnlyViolation(message) from None
             if exc.code == 403:
                 raise AccessDenied(message) from None
-            if exc.code == 400 and path == "/cursor":
+            if exc.code == 400 and path in ("/cursor", "/keys"):
                 raise CursorError(message) from None
             if exc.code == 503:
                 raise ReaderUnavailable(f"the read endpoint {self.url} is busy ({message}); retry") from None
@@ -113,6 +113,11 @@ class RemoteReader:
     def advance_cursor(self, trainer: str, cursor: int, rows: int, filters: str) -> None:
         with self._post("/cursor", {"trainer": trainer, "cursor": cursor, "rows": rows, "filters": filters}):
             pass
+
+    def manage_keys(self, body: Mapping[str, Any]) -> Any:
+        """One ingestion-key operation (``/keys``, the owner's token only): create, revoke or list."""
+        with self._post("/keys", body) as resp:
+            return json.loads(resp.read())
 
     def close(self) -> None:
         return None

@@ -84,3 +84,22 @@ SCHEMA_MIGRATIONS = TableDef(
     engine="ReplacingMergeTree(applied_at)",
     order_by="(version)",
 )
+
+INGEST_KEYS = TableDef(
+    name="ingest_keys",
+    doc="Keys of the ingestion edge (rewardflow collect), one row per change: the latest row of a key_id "
+    "(largest _seq) holds its state. Only a hash of each secret is stored (rewardflow keys create prints it once).",
+    columns=(
+        C("key_id", "String", "Public id of the key (the part of the secret after rfk_ and before the next _)."),
+        C("org_id", "LowCardinality(String)", "The org every event sent with the key belongs to."),
+        C("name", "String", "A label for people (which editor fleet or agent uses it)."),
+        C("secret_sha256", "String", "sha256 of the whole secret, hex."),
+        C("revoked", "UInt8", "1 once revoked: the edge refuses the key within its refresh interval."),
+        C("changed_at", "DateTime64(6, 'UTC')", "When this row was written.", "sink", "now64(6, 'UTC')"),
+        SEQ,
+        INSERTED_AT,
+    ),
+    engine="ReplacingMergeTree(_seq)",
+    order_by="(key_id)",
+    settings=sink_settings(),
+)

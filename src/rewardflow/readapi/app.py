@@ -146,7 +146,46 @@ def create_app(service: ReadService) -> FastAPI:
             return PlainTextResponse(str(exc), 400)
         return Response(status_code=204)
 
+    @app.post("/keys")
+    async def keys(request: Request) -> Response:
+        """Ingestion keys, for ``rewardflow keys`` while this process owns the engine: the owner's token only."""
+        admitted = await _admitted(service, request, limit)
+        if isinstance(admitted, Response):
+            return admitted
+        grant, body = admitted
+        if grant.role != "owner":
+            return PlainTextResponse("forbidden: ingestion keys are managed with the owner's token", 403)
+        try:
+            doc = orjson.loads(body)
+            result = await run_in_threadpool(_manage_keys, service, doc)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return PlainTextResponse(f"keys: {exc}"[:300], 400)
+        return JSONResponse(result)
+
     return app
+
+
+def _manage_keys(service: ReadService, doc: dict[str, Any]) -> Any:
+    from dataclasses import asdict
+
+    from rewardflow.clickhouse.connect import get_client
+    from rewardflow.collector.keys import IngestKeys
+
+    client = get_client(dsn=service.dsn.with_database(doc.get("database")))
+    try:
+        keys = IngestKeys(client)
+        action = doc["action"]
+        if action == "create":
+            info, secret = keys.create(str(doc["org"]), str(doc.get("name", "")))
+            return {**asdict(info), "secret": secret}
+        if action == "revoke":
+            revoked = keys.revoke(str(doc["key_id"]))
+            return asdict(revoked) if revoked is not None else None
+        if action == "list":
+            return [asdict(k) for k in keys.all()]
+        raise ValueError(f"unknown action {str(action)[:32]!r}")
+    finally:
+        client.close()
 
 
 async def _admitted(service: ReadService, request: Request, limit: int) -> tuple[Grant, bytes] | Response:

@@ -1,0 +1,135 @@
+"""What the edge does with one request body, as pure functions: decode, admit, correct, redact.
+
+A request is ``{"sent_at": <client clock at send, epoch ms>, "events": [<event>, …]}`` (JSON,
+optionally gzip), each event in the contract of ``schemas/``. :func:`decode_body` turns the bytes
+into that document or raises :class:`Refused` (400 malformed, 413 too large). :func:`admit` judges
+each event with the contract's own validator and returns the events to produce, grouped by
+session in request order, and the rejected ones by index with field and reason; valid events of
+a partly bad request are kept.
+
+Tenancy: the key decides the org. An event without ``org_id`` gets the key's; an event naming
+another org makes the whole request :class:`Refused` (403): a client that mixes tenants is
+misconfigured or hostile, and nothing of it is produced.
+
+Clock correction: when the client's ``sent_at`` is more than ``tolerance_ms`` away from the
+edge's ``received_at``, every event's time becomes ``received_at − (sent_at − ts)`` and the
+client's ``ts`` is kept as ``client_ts``. A laptop whose clock is hours off still lands its
+events at the right time; an honest clock's events are left exactly as sent.
+
+Contract: pure, no I/O; deterministic given its arguments.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rewardflow.collector.redact import redact
+from rewardflow.events.errors import InvalidEvent
+from rewardflow.events.validate import shown, validate_event
+
+EPOCH_MS = (946_684_800_000, 4_102_444_800_000)
+
+
+class Refused(Exception):
+    """The whole request is refused with ``status``; ``str()`` says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One event the edge refused: its index in the request, the field and the reason."""
+
+    index: int
+    field: str
+    reason: str
+
+
+@dataclass
+class Admitted:
+    """The outcome of :func:`admit`."""
+
+    sessions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # session -> events, request order
+    rejected: list[Rejection] = field(default_factory=list)
+    redacted: Counter[str] = field(default_factory=Counter)
+    corrected_ms: int = 0  # the clock offset applied (0 = none)
+
+    @property
+    def accepted(self) -> int:
+        return sum(len(v) for v in self.sessions.values())
+
+
+def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
+    """The request document; gzip is inflated up to ``max_bytes`` (a bomb is refused, not inflated)."""
+    if encoding not in (None, "", "identity", "gzip"):
+        raise Refused(415, f"Content-Encoding {shown(encoding, 32)!r}: send identity or gzip")
+    if len(body) > max_bytes:
+        raise Refused(413, f"body of {len(body):,} bytes; at most {max_bytes:,}")
+    if encoding == "gzip":
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            body = inflater.decompress(body, max_bytes + 1)
+        except zlib.error as exc:
+            raise Refused(400, f"body: not valid gzip ({exc})") from None
+        if len(body) > max_bytes or inflater.unconsumed_tail:
+            raise Refused(413, f"body inflates beyond {max_bytes:,} bytes")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise Refused(400, f"body: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise Refused(400, 'body: expected an object {"sent_at": …, "events": […]}')
+    return doc
+
+
+def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int, tolerance_ms: int) -> Admitted:
+    """Judge every event of ``doc`` for a key of ``org_id``; raises :class:`Refused` for the whole request."""
+    events, sent_at = doc.get("events"), doc.get("sent_at")
+    unknown = set(doc) - {"events", "sent_at"}
+    if unknown:
+        raise Refused(400, f"{sorted(unknown)[0]}: unknown field; a request has sent_at and events")
+    if not isinstance(events, list) or not events:
+        raise Refused(400, "events: expected a non-empty list of events")
+    if len(events) > max_events:
+        raise Refused(413, f"events: {len(events):,} in one request; at most {max_events:,}")
+    if type(sent_at) is not int or not EPOCH_MS[0] <= sent_at < EPOCH_MS[1]:
+        raise Refused(400, f"sent_at: expected the client's clock at send time in epoch milliseconds, got {shown(sent_at, 32)}")
+    foreign = [i for i, e in enumerate(events) if isinstance(e, dict) and e.get("org_id", org_id) != org_id]
+    if foreign:
+        listed = ", ".join(map(str, foreign[:10])) + (" …" if len(foreign) > 10 else "")
+        raise Refused(403, f"events [{listed}] name an org_id other than this key's ({org_id}); nothing was accepted")
+    offset = sent_at - received_at if abs(sent_at - received_at) > tolerance_ms else 0
+    out = Admitted(corrected_ms=offset)
+    for i, raw in enumerate(events):
+        try:
+            event = _admit_one(raw, i, org_id, offset, out.redacted)
+        except InvalidEvent as exc:
+            out.rejected.append(Rejection(i, exc.field, str(exc).split(": ", 1)[-1]))
+            continue
+        out.sessions.setdefault(event["session_id"], []).append(event)
+    return out
+
+
+def _admit_one(raw: Any, i: int, org_id: str, offset: int, redacted: Counter[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InvalidEvent("<event>", f"expected an object, got {type(raw).__name__}", index=i)
+    if "client_ts" in raw:
+        raise InvalidEvent("client_ts", "set by the edge, not by clients", index=i)
+    event = validate_event({**raw, "org_id": org_id} if "org_id" not in raw else raw, i).model_dump()
+    if offset:
+        corrected = event["ts"] - offset
+        if not EPOCH_MS[0] <= corrected < EPOCH_MS[1]:
+            raise InvalidEvent("ts", "out of range once corrected for the client's clock (check sent_at)", index=i)
+        event["client_ts"], event["ts"] = event["ts"], corrected
+    text = event.get("text_redacted")
+    if isinstance(text, str) and text:
+        event["text_redacted"], found = redact(text)
+        redacted.update(found)
+    return event

@@ -1,0 +1,124 @@
+"""The collector process: uvicorn serving :mod:`.app`, the key cache and the acking producer.
+
+:class:`Collector` binds ``collect_host:collect_port`` in its constructor (an ``OSError`` names the
+address), then either :meth:`serve` blocks in the calling thread (``rewardflow collect``: uvicorn
+handles SIGINT/SIGTERM, lets requests in flight finish, then the producer is flushed) or
+:meth:`start` serves from a daemon thread (``rewardflow run --collect``, the demo, tests) until
+:meth:`stop`. TLS with ``web_tls_certfile`` / ``web_tls_keyfile``.
+
+Keys come from ``load_keys`` (see :func:`keys_from_client`, :func:`keys_from_reader`), reloaded
+every ``collect_key_refresh_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from rewardflow.collector.app import EdgeMetrics, create_app
+from rewardflow.collector.kafka import AckingProducer
+from rewardflow.collector.keys import LATEST_SQL, IngestKeys, KeyCache
+from rewardflow.kafka import topics
+from rewardflow.settings import Settings
+
+log = logging.getLogger(__name__)
+KeyTable = dict[str, tuple[str, str]]
+
+
+def keys_from_client(client: Any) -> Callable[[], KeyTable]:
+    """Load the active keys through a ClickHouse client (a server, or the chDB engine of this process)."""
+    return IngestKeys(client).table
+
+
+def keys_from_reader(reader: Any) -> Callable[[], KeyTable]:
+    """Load the active keys through a :class:`~rewardflow.clickhouse.readers.Reader` (e.g. a chDB owner's endpoint)."""
+    def load() -> KeyTable:
+        rows = reader.query_arrow(LATEST_SQL).to_pylist()
+        return {r["key_id"]: (r["secret_sha256"], r["org_id"]) for r in rows if not r["revoked"]}
+    return load
+
+
+class Collector:
+    def __init__(self, settings: Settings, load_keys: Callable[[], KeyTable], host: str | None = None,
+                 port: int | None = None) -> None:
+        self.settings = settings
+        self.host = settings.collect_host if host is None else host
+        port = settings.collect_port if port is None else port
+        self._sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((self.host, port))
+        except OSError as exc:
+            self._sock.close()
+            raise OSError(exc.errno, f"cannot listen on {self.host}:{port}: {exc.strerror} (another collector on "
+                                     "this port? set REWARDFLOW_COLLECT_PORT)") from None
+        self._sock.listen(1024)
+        self.keys = KeyCache(load_keys, settings.collect_key_refresh_s)
+        self.metrics = EdgeMetrics()
+        self.producer = AckingProducer(settings.kafka_client_config(), settings.topic(topics.RAW),
+                                       settings.collect_ack_timeout_s)
+        tls = settings.web_tls_certfile is not None
+        self._server = uvicorn.Server(uvicorn.Config(
+            create_app(settings, self.keys, self.producer, self.metrics), lifespan="off", log_level="warning",
+            access_log=False, timeout_graceful_shutdown=int(settings.collect_ack_timeout_s) + 5,
+            ssl_certfile=str(settings.web_tls_certfile) if tls else None,
+            ssl_keyfile=str(settings.web_tls_keyfile) if tls else None,
+        ))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"{'https' if self.settings.web_tls_certfile is not None else 'http'}://{host}:{port}"
+
+    def serve(self) -> None:
+        """Serve in this thread until SIGINT/SIGTERM; then finish requests in flight and flush Kafka."""
+        self.keys.start()
+        log.info("collector listening on %s (keys reloaded every %.0f s)", self.url, self.settings.collect_key_refresh_s)
+        try:
+            self._server.run(sockets=[self._sock])
+        finally:
+            self._close()
+
+    def start(self, timeout: float = 10.0) -> Collector:
+        """Serve from a daemon thread; returns once it accepts connections."""
+        self.keys.start()
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="rewardflow-collector", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the collector did not start on {self.url}")
+            time.sleep(0.01)
+        log.info("collector listening on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, let requests in flight finish, flush Kafka. Idempotent."""
+        if self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=self.settings.collect_ack_timeout_s + 10)
+            self._thread = None
+        self._close()
+
+    def _close(self) -> None:
+        self.keys.stop()
+        if not self._sock.fileno() < 0:
+            self._sock.close()
+            left = self.producer.close()
+            if left:
+                log.warning("collector stopped with %d records unacknowledged (their requests got 503)", left)
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

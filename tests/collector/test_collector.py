@@ -1,0 +1,128 @@
+"""The edge against a real broker and chDB: refusals, partial batches, tenancy, skewed clocks, redaction."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from rewardflow.collector.keys import IngestKeys
+from rewardflow.collector.server import Collector, keys_from_client
+from rewardflow.events.wire import decode_record
+from rewardflow.kafka.provision import ensure_topics
+from rewardflow.settings import Settings
+from tests.collector.http import post_events
+from tests.conftest_clickhouse import ChDatabase
+from tests.conftest_kafka import SessionBroker
+from tests.core.feed import Feed
+from tests.factories import ev, turn
+from tests.streams.kafka_io import read_raw
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
+
+
+@dataclass
+class Edge:
+    settings: Settings
+    url: str
+    key: str
+    keys: IngestKeys
+
+
+@pytest.fixture
+def edge(kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str) -> Iterator[Edge]:
+    settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
+                              collect_key_refresh_s=0.5, collect_rate_events_per_s=5.0, collect_rate_burst=200,
+                              collect_max_body_bytes=64 * 1024, collect_ack_timeout_s=5.0)
+    ensure_topics(settings)
+    keys = IngestKeys(ch_db.client)
+    _, secret = keys.create("org", "tests")
+    with Collector(settings, keys_from_client(ch_db.client), port=0) as collector:
+        yield Edge(settings, collector.url, secret, keys)
+
+
+def _produced(settings: Settings) -> list[dict[str, Any]]:
+    """Every event on the raw topic, decoded."""
+    out = []
+    for records in read_raw(settings).values():
+        for r in records:
+            out.extend(decode_record(r.value, r.headers))
+    return out
+
+
+def test_refusals_say_why(edge: Edge) -> None:
+    events = turn("r1", horizons=(30,))
+    status, body, _ = post_events(edge.url, None, events)
+    assert status == 401 and "Bearer" in body["error"]
+    assert post_events(edge.url, "rfk_000000000000_" + "x" * 43, events)[0] == 401
+    status, body, _ = post_events(edge.url, edge.key, [ev("FollowUp", "r1", org_id="someone-else")])
+    assert status == 403 and "org_id" in body["error"]
+    status, body, _ = post_events(edge.url, edge.key, [], body=b"{" + b" " * 70_000 + b"}")
+    assert status == 413 and "bytes" in body["error"]
+    assert post_events(edge.url, edge.key, events)[0] == 202
+    status, body, headers = post_events(edge.url, edge.key, [ev("FollowUp", "r1")] * 199)
+    assert status == 429 and "rate" in body["error"] and int(headers["retry-after"]) >= 1
+
+
+def test_a_revoked_key_stops_working_within_seconds(edge: Edge) -> None:
+    assert post_events(edge.url, edge.key, [ev("FollowUp", "r1")])[0] == 202
+    key_id = edge.key.split("_")[1]
+    assert edge.keys.revoke(key_id) is not None
+    deadline = time.monotonic() + 5
+    while post_events(edge.url, edge.key, [ev("FollowUp", "r2")])[0] != 401:
+        assert time.monotonic() < deadline, "the revoked key still works"
+        time.sleep(0.1)
+    assert [k.revoked for k in edge.keys.all() if k.key_id == key_id] == [True]
+
+
+def test_only_the_valid_events_of_a_partly_bad_batch_reach_kafka(edge: Edge) -> None:
+    good = turn("r1", horizons=(30, 120))
+    bad = [ev("ToolCall", "r1", status="exploded"), ev("AgentEdit", "r1", lines_added=-3)]
+    status, body, _ = post_events(edge.url, edge.key, [bad[0], *good, bad[1]], gzipped=True)
+    assert status == 202 and body["accepted"] == len(good)
+    assert [(r["index"], r["field"]) for r in body["rejected"]] == [(0, "status"), (len(good) + 1, "lines_added")]
+    produced = _produced(edge.settings)
+    assert sorted(e["event_id"] for e in produced) == sorted(e["event_id"] for e in good)
+
+
+def _rewards_through_edge(edge: Edge, skew_ms: int, rid: str) -> list[float]:
+    """Send one turn as a client whose clock is ``skew_ms`` off, then score what reached Kafka."""
+    start = int(time.time() * 1000) - 20 * 60_000  # a turn of 20 minutes ago, every horizon checked since
+    events = [{**e, "ts": e["ts"] + skew_ms} for e in turn(rid, session_id=f"s-{rid}", ts=start)]
+    status, body, _ = post_events(edge.url, edge.key, events, sent_at=int(time.time() * 1000) + skew_ms)
+    assert status == 202 and body["accepted"] == len(events), body
+    mine = [e for e in _produced(edge.settings) if e["request_id"] == rid]
+    feed = Feed()
+    feed.send(*sorted(mine, key=lambda e: e["ts"]))
+    feed.tick(max(e["ts"] for e in mine) + 10 * 3_600_000)
+    return [r["reward"] for r in feed.final()]
+
+
+def test_skewed_client_clocks_give_the_rewards_of_a_correct_one(edge: Edge) -> None:
+    honest = _rewards_through_edge(edge, 0, "honest")
+    assert len(honest) == 1
+    assert _rewards_through_edge(edge, 3 * 3_600_000, "ahead") == honest
+    assert _rewards_through_edge(edge, -3 * 3_600_000, "behind") == honest
+
+
+def test_a_secret_pasted_into_a_follow_up_never_reaches_kafka_or_clickhouse(edge: Edge, ch_db: ChDatabase) -> None:
+    secret = "ghp_" + "Zq8" * 12
+    status, _, _ = post_events(edge.url, edge.key, [ev("FollowUp", "r1", text_redacted=f"try again, token {secret}")])
+    assert status == 202
+    raw = b"".join(r.value or b"" for rs in read_raw(edge.settings).values() for r in rs)
+    assert secret.encode() not in raw and b"[REDACTED:GitHub Token]" in raw
+    feed = Feed()
+    for rs in read_raw(edge.settings).values():
+        for r in rs:
+            feed.record(r.value, r.headers)
+    from rewardflow.clickhouse.tables import EVENTS
+
+    names = list(EVENTS.record_columns)
+    ch_db.client.insert("events", [[row[n] for n in names] for row in feed.total.valid], column_names=names)
+    stored = ch_db.client.query("SELECT payload FROM events").result_rows
+    assert stored and all(secret not in p for (p,) in stored)
+    metrics = __import__("urllib.request").request.urlopen(f"{edge.url}/metrics").read().decode()
+    assert 'rewardflow_collect_redacted_total{kind="GitHub Token"} 1.0' in metrics

@@ -1,0 +1,116 @@
+"""The edge's judgement of a request, without I/O: decoding, tenancy, per-event rejections,
+clock correction and redaction."""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any
+
+import orjson
+import pytest
+
+from rewardflow.collector.edge import Refused, admit, decode_body
+from rewardflow.collector.redact import redact
+from tests.factories import T0, ev, turn
+
+NOW = T0 + 3_600_000
+H3 = 3 * 3_600_000
+
+
+def _doc(events: list[dict[str, Any]], sent_at: int = NOW) -> dict[str, Any]:
+    return {"sent_at": sent_at, "events": events}
+
+
+def _admit(doc: dict[str, Any], org: str = "org", **kw: Any) -> Any:
+    return admit(doc, org, NOW, max_events=kw.pop("max_events", 500), tolerance_ms=kw.pop("tolerance_ms", 1000))
+
+
+def test_gzip_is_inflated_within_the_limit_and_a_bomb_is_refused() -> None:
+    body = orjson.dumps(_doc(turn("r1")))
+    assert decode_body(gzip.compress(body), "gzip", 1_000_000)["sent_at"] == NOW
+    bomb = gzip.compress(b"[" + b" " * 5_000_000 + b"]")
+    with pytest.raises(Refused) as info:
+        decode_body(bomb, "gzip", 1_000_000)
+    assert info.value.status == 413 and "inflates beyond" in str(info.value)
+
+
+@pytest.mark.parametrize(("body", "encoding", "status", "says"), [
+    (b"{not json", None, 400, "not valid JSON"),
+    (b"[1, 2]", None, 400, "expected an object"),
+    (b"x" * 2000, None, 413, "at most 1,024"),
+    (b"{}", "br", 415, "identity or gzip"),
+    (b"\x1f\x8b junk", "gzip", 400, "not valid gzip"),
+])
+def test_malformed_bodies_are_refused_with_the_reason(body: bytes, encoding: str | None, status: int, says: str) -> None:
+    with pytest.raises(Refused) as info:
+        decode_body(body, encoding, 1024)
+    assert info.value.status == status and says in str(info.value)
+
+
+def test_a_partly_bad_request_keeps_its_valid_events_and_names_the_bad_ones() -> None:
+    good = turn("r1", horizons=(30,))
+    bad = [ev("ToolCall", "r1", duration_ms="slow"), {"event_type": "Nope"}, 7]
+    out = _admit(_doc([good[0], *bad, *good[1:]]))
+    assert out.accepted == len(good) and [e["event_id"] for e in out.sessions["s1"]] == [e["event_id"] for e in good]
+    assert [(r.index, r.field) for r in out.rejected] == [(1, "duration_ms"), (2, "event_type"), (3, "<event>")]
+    assert "valid integer" in out.rejected[0].reason
+
+
+def test_the_key_decides_the_org() -> None:
+    missing = {k: v for k, v in ev("InferenceServed", "r1").items() if k != "org_id"}
+    out = _admit(_doc([missing]), org="acme")
+    assert out.sessions["s1"][0]["org_id"] == "acme"
+    with pytest.raises(Refused) as info:
+        _admit(_doc([ev("InferenceServed", "r1"), ev("FollowUp", "r1", org_id="other")]), org="org")
+    assert info.value.status == 403 and "[1]" in str(info.value) and "nothing was accepted" in str(info.value)
+
+
+@pytest.mark.parametrize("skew", [H3, -H3])
+def test_a_skewed_client_clock_is_corrected_and_its_own_time_kept(skew: int) -> None:
+    events = [ev("InferenceServed", "r1", ts=NOW - 5000 + skew), ev("FollowUp", "r1", ts=NOW - 1000 + skew)]
+    out = _admit(_doc(events, sent_at=NOW + skew))
+    got = out.sessions["s1"]
+    assert [e["ts"] for e in got] == [NOW - 5000, NOW - 1000]
+    assert [e["client_ts"] for e in got] == [NOW - 5000 + skew, NOW - 1000 + skew] and out.corrected_ms == skew
+
+
+def test_an_honest_clock_is_left_exactly_as_sent() -> None:
+    out = _admit(_doc([ev("InferenceServed", "r1", ts=NOW - 5000)], sent_at=NOW + 400))
+    assert out.sessions["s1"][0]["ts"] == NOW - 5000 and out.sessions["s1"][0]["client_ts"] is None
+
+
+@pytest.mark.parametrize(("doc", "status", "says"), [
+    ({"events": [ev("FollowUp", "r1")]}, 400, "sent_at"),
+    ({"sent_at": NOW // 1000, "events": [ev("FollowUp", "r1")]}, 400, "sent_at"),
+    ({"sent_at": NOW, "events": []}, 400, "non-empty"),
+    ({"sent_at": NOW, "events": [ev("FollowUp", "r1")] * 3}, 413, "at most 2"),
+    ({"sent_at": NOW, "events": [ev("FollowUp", "r1")], "extra": 1}, 400, "extra: unknown field"),
+])
+def test_request_level_errors_name_the_field(doc: dict[str, Any], status: int, says: str) -> None:
+    with pytest.raises(Refused) as info:
+        _admit(doc, max_events=2)
+    assert info.value.status == status and says in str(info.value)
+
+
+def test_clients_cannot_set_client_ts() -> None:
+    out = _admit(_doc([ev("FollowUp", "r1", client_ts=NOW)]))
+    assert [(r.index, r.field) for r in out.rejected] == [(0, "client_ts")]
+
+
+SECRETS = ["AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+           "sk-proj-abcdefghijklmnopqrstuvwxyz1234567890ABCD",
+           "xoxb-123456789012-1234567890123-abcdefghijABCDEFGHIJklmn"]
+
+
+def test_secrets_in_follow_up_text_are_scrubbed_and_counted() -> None:
+    text = "it broke, my keys are " + " and ".join(SECRETS) + ". Also see src/app/main.py line 12, thanks"
+    out = _admit(_doc([ev("FollowUp", "r1", text_redacted=text)]))
+    scrubbed = out.sessions["s1"][0]["text_redacted"]
+    assert not any(s in scrubbed for s in SECRETS) and "[REDACTED:" in scrubbed
+    assert "src/app/main.py line 12, thanks" in scrubbed and sum(out.redacted.values()) == len(SECRETS)
+
+
+@pytest.mark.parametrize("text", ["undo that please", "the function getUserAccountByIdentifier2 is wrong",
+                                  "see https://github.com/org/repo/pull/1234"])
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert redact(text) == (text, {})
