@@ -90,7 +90,7 @@ def test_late_events_are_routed_to_the_late_topic_and_counted(deploy: Any) -> No
         assert {k: v for k, v in payload.items() if v is not None} == e
         assert row["watermark"] > e["ts"] + d.settings.horizons_s[-1] * 1000
     assert rows[late[0]["event_id"]]["checkpoint_id"] == "ck-a"  # known from the finalised turn
-    assert rows[late[2]["event_id"]]["checkpoint_id"] == ""  # never opened
+    assert rows[late[2]["event_id"]]["checkpoint_id"] == "ck-a"  # never opened, but a served event names its own
     valid = [r for r in out.rows[T.VALID] if r["source_offset"] in offsets]
     assert [r["event_id"] for r in valid] == [fresh["event_id"]]
     assert {r["reward_id"]: r for r in out.finals() if r["sample_id"] in first} == before  # unchanged
