@@ -120,7 +120,7 @@ def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int
 def _admit_one(raw: Any, i: int, org_id: str, offset: int, redacted: Counter[str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InvalidEvent("<event>", f"expected an object, got {type(raw).__name__}", index=i)
-    if "client_ts" in raw:
+    if raw.get("client_ts") is not None:
         raise InvalidEvent("client_ts", "set by the edge, not by clients", index=i)
     event = validate_event({**raw, "org_id": org_id} if "org_id" not in raw else raw, i).model_dump()
     if offset:

@@ -71,6 +71,7 @@ class Collector:
             ssl_keyfile=str(settings.web_tls_keyfile) if tls else None,
         ))
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     @property
     def url(self) -> str:
@@ -111,8 +112,9 @@ class Collector:
 
     def _close(self) -> None:
         self.keys.stop()
-        if not self._sock.fileno() < 0:
-            self._sock.close()
+        if not self._closed:
+            self._closed = True
+            self._sock.close()  # (uvicorn may have closed it already)
             left = self.producer.close()
             if left:
                 log.warning("collector stopped with %d records unacknowledged (their requests got 503)", left)
