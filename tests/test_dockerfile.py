@@ -166,7 +166,7 @@ def test_compose_runs_the_image_with_rewardflow_subcommands() -> None:
 
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     ours = {name: svc for name, svc in compose["services"].items() if svc.get("image") == "rewardflow:local"}
-    assert set(ours) == {"worker", "simulate"}
+    assert set(ours) == {"worker", "collector", "simulate"}
     for name, svc in ours.items():
         assert svc["build"] == "."
         assert svc["command"][0] in set(_COMMANDS) | set(_GROUPS), f"{name}: {svc['command']}"

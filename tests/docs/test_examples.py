@@ -66,7 +66,7 @@ TIMEOUT_S = {"python": 60.0, "shell": 120.0}
 
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")  # also fences nested in lists
 _KAFKA = re.compile(r"EventProducer|\brewardflow (emit|run|simulate)\b")
-_READS = re.compile(r"RewardReader|\brewardflow (sql|export|audit|alerts|compare)\b|/query\b")
+_READS = re.compile(r"RewardReader|\brewardflow (sql|export|audit|alerts|compare|keys)\b|/query\b|/v1/events\b")
 _BROKER = re.compile(r"\brewardflow kafka up\b")
 _REPO_PATHS = re.compile(r"(?<![\w/.$-])(scripts|schemas|examples|bench|docs|src|streams|tests)/")
 
@@ -221,6 +221,7 @@ def make_workspace(tmp: Path, block: Block) -> Workspace:
         "REWARDFLOW_CLICKHOUSE_DSN": f"chdb://{tmp / 'chdb'}",
         "REWARDFLOW_TOPIC_PREFIX": f"docs.{slug}.{uuid.uuid4().hex[:8]}.",
         "REWARDFLOW_WEB_PORT": str(free_port_pair()),  # the read endpoint, and the worker's metrics next to it
+        "REWARDFLOW_COLLECT_PORT": str(free_port_pair()),  # the ingestion edge
         "REWARDFLOW_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port_pair()}",  # nothing listens (set per need below)
         "REWARDFLOW_PARTITIONS": "1",
         "PYTHONUNBUFFERED": "1",
@@ -237,11 +238,11 @@ def _tail(text: str, lines: int = 40) -> str:
 
 @contextlib.contextmanager
 def running_pipeline(ws: Workspace) -> Iterator[None]:
-    """``rewardflow run --no-worker`` (sink and read endpoint) until the block is done."""
+    """``rewardflow run --no-worker --collect`` (sink, read endpoint, ingestion edge) until the block is done."""
     log = ws.tmp / "rewardflow-run.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [REWARDFLOW, "run", "--no-worker", "--status-interval", "0", "--monitor-interval", "0"],
+            [REWARDFLOW, "run", "--no-worker", "--collect", "--status-interval", "0", "--monitor-interval", "0"],
             cwd=ws.tmp, env=ws.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{ws.env['REWARDFLOW_WEB_PORT']}/health"

@@ -23,6 +23,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from rewardflow.collector.edge import Refused, admit, decode_body
@@ -90,7 +91,11 @@ def create_app(settings: Settings, keys: KeyCache, producer: AckingProducer, met
     async def events(request: Request) -> JSONResponse:
         received_at = int(time.time() * 1000)
         auth = request.headers.get("authorization", "")
-        found = keys.org_of(auth[7:].strip()) if auth[:7].lower() == "bearer " else None
+        secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        found = keys.org_of(secret) if secret else None
+        if found is None and secret:  # a key created a moment ago: look again once
+            await run_in_threadpool(keys.refresh_after_miss)
+            found = keys.org_of(secret)
         if found is None:
             return _refuse(metrics, 401, "missing, unknown or revoked key: send Authorization: Bearer rfk_…")
         key_id, org_id = found

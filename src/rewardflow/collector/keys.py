@@ -9,7 +9,8 @@ key stops working within that), and compares hashes in constant time.
 
 Contract: :class:`IngestKeys` methods block on one ClickHouse round trip each and raise the
 driver's errors; :meth:`KeyCache.org_of` never blocks on ClickHouse (a background refresh keeps
-it current; a failed refresh keeps the previous view and is logged).
+it current; a failed refresh keeps the previous view and is logged); :meth:`KeyCache.refresh_after_miss`
+does, at most twice a second.
 """
 
 from __future__ import annotations
@@ -106,12 +107,24 @@ class KeyCache:
         self._keys: dict[str, tuple[str, str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._miss_lock = threading.Lock()
         self.loaded_at = 0.0
 
     def refresh(self) -> None:
         """Reload now (raises what ``load`` raises)."""
         self._keys = self._load()
         self.loaded_at = time.monotonic()
+
+    def refresh_after_miss(self, min_age_s: float = 0.5) -> None:
+        """Reload unless the view is younger than ``min_age_s``: a key created a moment ago works at once,
+        and unknown keys cannot make the edge reload more than twice a second. Blocks; logs a failure."""
+        with self._miss_lock:
+            if time.monotonic() - self.loaded_at < min_age_s:
+                return
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the last good view stays
+                log.warning("ingest keys not refreshed: %s", exc)
 
     def start(self) -> KeyCache:
         """Load once (raising if that fails), then keep reloading in a daemon thread."""
