@@ -1,4 +1,4 @@
-"""Run every benchmark (produce, stream, sink, e2e) in sequence as subprocesses and summarise them. Not a test.
+"""Run every benchmark (produce, stream, sink, e2e, collect) in sequence as subprocesses and summarise them. Not a test.
 
 One local Kafka broker is started for all of them (unless ``--bootstrap`` /
 ``REWARDFLOW_KAFKA_BOOTSTRAP`` names one) and passed to each script. Each
@@ -25,12 +25,13 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-NAMES = ("produce", "stream", "sink", "e2e")
+NAMES = ("produce", "stream", "sink", "e2e", "collect")
 QUICK_ARGS = {
     "produce": ["--events", "50000", "--runs", "1"],
     "stream": ["--events", "20000", "--runs", "1"],
     "sink": ["--rows", "50000", "--runs", "1"],
     "e2e": ["--quick"],
+    "collect": ["--events", "10000"],
 }
 
 
@@ -78,6 +79,15 @@ def rows_of(name: str, res: dict[str, Any]) -> list[dict[str, Any]]:
                         "ratio": (m["peak_rss_mb"] / m["rss_at_ready_mb"]) if m.get("peak_rss_mb") and m.get("rss_at_ready_mb") else None,
                         "target": f"flat vs turns ({m.get('finalised_turns') or 0:,.0f} finalised)", "unit": "MB"})
         return out
+    if name == "collect":
+        c = res.get("collector") or {}
+        shape = f"{res.get('shape')} shape, {res.get('events_per_request') or 0:.1f} events/request, {res.get('clients')} clients"
+        return [{"figure": f"collector HTTP ingest ({shape})", "value": c.get("events_s"),
+                 "floor": _g(res, "sdk", "events_s"), "ratio": res.get("ratio"), "target": ">= 0.5 ratio (floor: SDK)",
+                 "unit": "events/s"},
+                {"figure": "collector request latency p50 / p99", "value": c.get("latency_p99_ms"), "floor": None,
+                 "ratio": None, "target": "",
+                 "unit": f"ms (p50 {c['latency_p50_ms']:.1f})" if c.get("latency_p50_ms") is not None else "ms"}]
     return []
 
 

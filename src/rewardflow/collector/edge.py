@@ -122,7 +122,9 @@ def _admit_one(raw: Any, i: int, org_id: str, offset: int, redacted: Counter[str
         raise InvalidEvent("<event>", f"expected an object, got {type(raw).__name__}", index=i)
     if raw.get("client_ts") is not None:
         raise InvalidEvent("client_ts", "set by the edge, not by clients", index=i)
-    event = validate_event({**raw, "org_id": org_id} if "org_id" not in raw else raw, i).model_dump()
+    event = {**raw, "org_id": org_id} if "org_id" not in raw else dict(raw)
+    event.pop("client_ts", None)
+    validate_event(event, i)  # the event as sent is what goes on (the worker validates it again)
     if offset:
         corrected = event["ts"] - offset
         if not EPOCH_MS[0] <= corrected < EPOCH_MS[1]:

@@ -2,8 +2,8 @@
 
 One idempotent librdkafka producer (``acks=all``) per collector; a daemon thread polls it, and each
 record's delivery report resolves an asyncio future on the serving loop. Records are keyed by
-``session_id`` (one record per session of a request: an Avro ``EventBatch``), so a session's events
-keep their order on one partition.
+``session_id`` (one record per session of a request, JSON: the events as validated), so a session's
+events keep their order on one partition.
 
 Contract: :meth:`AckingProducer.send` returns once every record is acknowledged, or raises
 :class:`KafkaUnavailable` (a full queue, a failed delivery, or no acknowledgement within
@@ -22,9 +22,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from rewardflow.events.wire import AVRO, FORMAT_HEADER, encode_avro
+from rewardflow.events.wire import FORMAT_HEADER, JSON, encode_json
 
-_HEADERS: list[tuple[str, str | bytes | None]] = [(FORMAT_HEADER, AVRO.encode())]
+_HEADERS: list[tuple[str, str | bytes | None]] = [(FORMAT_HEADER, JSON.encode())]
 
 
 class KafkaUnavailable(Exception):
@@ -60,7 +60,7 @@ class AckingProducer:
         try:
             for session_id, events in sessions.items():
                 fut: asyncio.Future[None] = loop.create_future()
-                value = encode_avro(events, batch_id=str(events[0]["event_id"]))
+                value = encode_json(events)
                 self._producer.produce(self.topic, value, session_id.encode(), headers=_HEADERS, on_delivery=report(fut))
                 futures.append(fut)
         except BufferError:

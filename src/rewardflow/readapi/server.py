@@ -51,7 +51,7 @@ class ReadServer:
         self.dsn, self.settings = dsn, settings
         self.host = host if host is not None else settings.web_host
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY on its connections
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((self.host, settings.web_port if port is None else port))
