@@ -43,7 +43,8 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
                on_stopped: list[Callable[[], None]] | None = None, join: JoinWorker | None = None) -> int:
     """Create topics, start the Faust worker and block until it stops. Returns an exit code."""
     log.info("worker starting: Kafka at %s, consumer group %s; partitions a stopped worker held come back "
-             "within %.0f s (REWARDFLOW_GROUP_SESSION_TIMEOUT_S) if it did not leave the group",
+             "once the group's session timeout passes if it did not leave the group (%.0f s here; the stopped "
+             "worker's own REWARDFLOW_GROUP_SESSION_TIMEOUT_S governs)",
              settings.kafka_bootstrap, settings.topic("worker"), settings.group_session_timeout_s)
     ensure_topics(settings)
     join = join or JoinWorker(settings, web=web)

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     collect_rate_events_per_s: float = Field(5_000.0, gt=0, description="Events per second one key may send (token bucket); more gets 429 with Retry-After.")
     collect_rate_burst: int = Field(20_000, ge=1, description="Events a key may send at once before its rate applies.")
     collect_ack_timeout_s: float = Field(10.0, gt=0, le=300, description="How long a request waits for Kafka's acknowledgement before it gets 503 with Retry-After.")
-    collect_clock_tolerance_ms: int = Field(1_000, ge=0, le=60_000, description="A client clock (sent_at) further than this from the edge's is corrected: ts = received_at - (sent_at - ts).")
+    collect_clock_tolerance_ms: int = Field(5_000, ge=0, le=60_000, description="A client clock (sent_at) further than this from the edge's is corrected: ts = received_at - (sent_at - ts). Below it, the difference is taken for network and queueing delay.")
     collect_key_refresh_s: float = Field(2.0, gt=0, le=300, description="The edge reloads the keys this often: a revoked key stops working within it.")
     read_token: SecretStr | None = Field(None, description="Bearer token the CLI and RewardReader present to a read endpoint (default: the local token file of the chDB owner).")
     read_max_execution_s: float = Field(120.0, gt=0, le=86_400, description="A read query is stopped after this many seconds.")

@@ -50,6 +50,8 @@ class DemoRunner:
         self.started_broker: Any = None
         self.worker = WorkerProcess(settings, run_dir / "worker.log")
         self.sink: Any = None
+        self.edge: Any = None  # the ingestion edge the simulated editors and agents send through
+        self.edge_stats: Any = None
         self._stop = threading.Event()
         self._sink_thread: threading.Thread | None = None
         window_s = max(settings.window_sizes_s)
@@ -67,7 +69,7 @@ class DemoRunner:
         try:
             self._start()
             truth = self._simulate(sessions, turns_per_session, seed, hack, noise, candidate_kind)
-            expected = expected_counts(truth)
+            expected = expected_counts(truth, through_edge=True)
             counts, done = self._wait(expected, timeout_s)
             alerts = self._monitor(truth)
             self._stop_pipeline()
@@ -96,11 +98,18 @@ class DemoRunner:
         self.sink = RewardSink(s)
         self._sink_thread = threading.Thread(target=self.sink.run, args=(self._stop,), name="demo-sink")
         self._sink_thread.start()
+        from rewardflow.clickhouse.connect import get_client
+        from rewardflow.collector.server import Collector, keys_from_client
+
+        self.edge = Collector(s, keys_from_client(get_client(dsn=s.dsn)), port=0).start()
         self.worker.start()
         self.console.print(f"worker pid {self.worker.proc.pid if self.worker.proc else '?'}, "
                            f"log {self.worker.log_path}; data {self.run_dir}")
 
     def _stop_pipeline(self) -> None:
+        if self.edge is not None:
+            self.edge.stop()
+            self.edge = None
         self.worker.stop()
         self._stop.set()
         if self._sink_thread is not None:
@@ -109,7 +118,10 @@ class DemoRunner:
 
     # ------------------------------------------------------------------ steps
     def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool, kind: str) -> Any:
-        from rewardflow.sim.send import hack_of, send_simulation
+        from rewardflow.clickhouse.connect import get_client
+        from rewardflow.collector.keys import IngestKeys
+        from rewardflow.sim.edge_send import send_through_edge
+        from rewardflow.sim.send import hack_of
         from rewardflow.sim.config import ab_config
         from rewardflow.sim.generator import Simulator
         from rewardflow.sim.profiles import CANDIDATE_KINDS
@@ -120,7 +132,12 @@ class DemoRunner:
                         sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
                         grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
         sim = Simulator(cfg)
-        send_simulation(sim, s, "avro", 10_000, self.console)
+        admin = IngestKeys(get_client(dsn=s.dsn))  # a key per org, as each org's editors would hold
+        orgs = [f"org-{i:04d}" for i in range(1, cfg.orgs + 1)] + ["org-sim"]
+        keys = {org: admin.create(org, "demo")[1] for org in orgs}
+        self.edge.keys.refresh()
+        self.console.print(f"ingestion edge {self.edge.url}: {len(keys)} keys, one per org")
+        self.edge_stats = send_through_edge(sim, self.edge.url, keys, self.console)
         return sim.truth
 
     def _counts(self) -> Counts:
@@ -184,10 +201,12 @@ class DemoRunner:
         report = compare(rows, "ckpt-base", "ckpt-cand", spec_version=spec)
         windows = fetch_windows(self.settings, ["ckpt-base", "ckpt-cand"], spec)
         html, js = write_report(report, windows, out_dir)
-        checks = reconcile(expected, counts)
+        edge = (truth.malformed, self.edge_stats.refused) if self.edge_stats is not None else None
+        checks = reconcile(expected, counts, edge)
         ok = done and all(c.ok for c in checks)
         summary = {"ok": ok, "report": report.to_dict(), "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
                    "alerts": alerts, "monitors": dataclasses.asdict(self.monitors), "sim_start_ms": self.start_ms,
+                   "edge": dataclasses.asdict(self.edge_stats) if self.edge_stats is not None else None,
                    "truth": truth.to_dict(), "html": str(html), "json": str(js), "data_dir": str(self.run_dir)}
         (out_dir / "demo-summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
         if json_only:

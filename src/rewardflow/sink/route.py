@@ -101,8 +101,9 @@ class RewardSink:
         self._closed = False
         self._consumer = Consumer(config)
         self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        log.info("sink joining consumer group %s: partitions a stopped sink held come back within %.0f s "
-                 "(REWARDFLOW_GROUP_SESSION_TIMEOUT_S) if it did not leave the group", config["group.id"],
+        log.info("sink joining consumer group %s: partitions a stopped sink held come back once the group's "
+                 "session timeout passes if it did not leave the group (%.0f s here; the stopped sink's own "
+                 "REWARDFLOW_GROUP_SESSION_TIMEOUT_S governs)", config["group.id"],
                  settings.group_session_timeout_s)
 
     # --- consume + decode + batch --------------------------------------------

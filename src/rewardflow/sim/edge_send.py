@@ -1,0 +1,151 @@
+"""Sending a simulated stream through the ingestion edge, as editors and agents do: HTTP requests of
+one session's events, each org with its own key, retried on 503/429 with the same event ids.
+
+The planted malformed records are sent as a broken client would: a body that is not JSON (400),
+or an event the contract refuses (202 with the event listed as rejected). Both count as refused at
+the edge; nothing of them reaches Kafka.
+
+Several client threads send at once, each over one keep-alive connection; a session always goes
+through the same thread, so its requests keep their order. Before a planted late event, and every
+``sync_ms`` of simulated time, every thread drains (as the SDK's flush does).
+
+Blocking: returns once every request is answered; shows a progress bar on ``console``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import queue
+import socket
+import threading
+import time
+import urllib.parse
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rewardflow.events.validate import to_dict
+from rewardflow.sim.generator import SendGroup, Simulator
+
+
+@dataclass
+class EdgeStats:
+    accepted: int = 0  # events answered 202 and not rejected
+    refused: int = 0  # planted malformed records the edge refused (a 400 body or a rejected event)
+    unexpected: int = 0  # valid events the edge refused (should stay 0)
+    retries: int = 0  # requests answered 503 or 429 and sent again
+
+
+class _Connection(http.client.HTTPConnection):
+    """A keep-alive connection with TCP_NODELAY (http.client writes headers and body separately)."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Client(threading.Thread):
+    def __init__(self, url: str, stats: EdgeStats, lock: threading.Lock) -> None:
+        super().__init__(daemon=True, name="sim-edge-client")
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.inbox: queue.Queue[tuple[str, SendGroup] | None] = queue.Queue(maxsize=256)
+        self.stats, self.lock = stats, lock
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        conn = _Connection(self.host, self.port, timeout=60)
+        while (item := self.inbox.get()) is not None:
+            try:
+                if self.error is None:
+                    self._send(conn, *item)
+            except BaseException as exc:  # noqa: BLE001 - reported by the sender after the drain
+                self.error = exc
+            finally:
+                self.inbox.task_done()
+        self.inbox.task_done()
+        conn.close()
+
+    def _send(self, conn: http.client.HTTPConnection, key: str, g: SendGroup) -> None:
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        malformed = g.raw is not None
+        while True:  # sent_at is the client's clock at each attempt, as a real client sets it
+            conn.request("POST", "/v1/events", body=_body(g), headers=headers)
+            resp = conn.getresponse()
+            doc = orjson.loads(resp.read() or b"{}")
+            if resp.status in (429, 503):
+                with self.lock:
+                    self.stats.retries += 1
+                time.sleep(float(resp.getheader("Retry-After") or 1))
+                continue
+            with self.lock:
+                rejected = len(doc.get("rejected", [])) if resp.status == 202 else None
+                if malformed:
+                    self.stats.refused += 1 if rejected is None or rejected else 0
+                    self.stats.unexpected += 1 if rejected == 0 else 0
+                elif resp.status != 202 or rejected:
+                    raise RuntimeError(f"the edge refused valid events ({resp.status}): {doc}")
+                else:
+                    self.stats.accepted += int(doc["accepted"])
+            return
+
+
+def _body(g: SendGroup) -> bytes:
+    sent_at = b'{"sent_at":%d,"events":[' % int(time.time() * 1000)
+    if g.raw is not None:
+        return sent_at + g.raw + b"]}"  # a broken client's event, as it wrote it
+    return sent_at + b",".join(orjson.dumps(to_dict(e)) for e in g.events) + b"]}"
+
+
+def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: Console, *, clients: int = 4,
+                      sync_ms: int = 10_000) -> EdgeStats:
+    """Send the whole stream through the edge at ``url``; ``keys`` maps each org to its key."""
+    cfg, stats, lock = sim.config, EdgeStats(), threading.Lock()
+    workers = [_Client(url, stats, lock) for _ in range(clients)]
+    for w in workers:
+        w.start()
+
+    def drain() -> None:
+        for w in workers:
+            w.inbox.join()
+        failed = next((w.error for w in workers if w.error is not None), None)
+        if failed is not None:
+            raise RuntimeError(f"sending through the edge failed: {failed}") from failed
+
+    est_end = cfg.end_of_starts_ms + cfg.turns_per_session * 90_000 + cfg.settle_ms
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[sent]:>9,} events"),
+               TimeElapsedColumn())
+    last_sync = cfg.start_ms
+    try:
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("sending through the edge", total=est_end - cfg.start_ms, sent=0)
+            for g in sim.stream():
+                if g.late or g.due_ms - last_sync >= sync_ms:
+                    drain()
+                    last_sync = g.due_ms
+                org = _org_of(g)
+                worker = workers[zlib.crc32(g.session_id.encode()) % clients]
+                worker.inbox.put((keys[org], g))
+                progress.update(task, completed=g.due_ms - cfg.start_ms, sent=sim.events_sent)
+            drain()
+            progress.update(task, completed=est_end - cfg.start_ms)
+    finally:
+        for w in workers:
+            w.inbox.put(None)
+        for w in workers:
+            w.join(timeout=60)
+    return stats
+
+
+def _org_of(g: SendGroup) -> str:
+    if g.raw is not None:
+        try:
+            doc: Any = orjson.loads(g.raw)
+            return str(doc.get("org_id", "org-sim"))
+        except orjson.JSONDecodeError:
+            return "org-sim"
+    return g.events[0].org_id
