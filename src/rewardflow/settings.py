@@ -67,7 +67,7 @@ class Settings(BaseSettings):
         SecretStr(""),
         description="chdb:///abs/path (embedded, default under home) or http(s)://user:pass@host:8123/db",
     )
-    events_ttl_days: int = Field(90, ge=1, description="TTL of the raw events table.")
+    events_ttl_days: int = Field(90, ge=1, description="Days the events table keeps each event after it was stored (a change that would delete stored rows needs rewardflow db migrate --allow-data-loss).")
 
     # --- stream processing -------------------------------------------------------
     allowed_lateness_ms: int = Field(5_000, ge=0, description="Watermark = max event time - this.")

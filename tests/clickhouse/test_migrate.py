@@ -112,3 +112,14 @@ def test_released_migration_1_still_creates_rewards_without_the_projection() -> 
     statements = MIGRATIONS[0].statements(90)
     rewards = next(s for s in statements if "`rewards`" in s)
     assert "PROJECTION" not in rewards and "deduplicate_merge_projection_mode" not in rewards
+
+
+def test_no_migration_drops_or_deletes() -> None:
+    """Retention changes go through rewardflow.clickhouse.retention (counted, confirmed); a migration
+    only adds: no statement of any migration may drop, delete, truncate or change a TTL."""
+    import re
+
+    destructive = re.compile(r"\b(DROP|DELETE|TRUNCATE|MODIFY\s+TTL|REMOVE\s+TTL|CLEAR\s+COLUMN)\b", re.I)
+    for m in MIGRATIONS:
+        for statement in m.statements(90):
+            assert not destructive.search(statement), (m.version, statement[:200])
