@@ -136,12 +136,14 @@ def rewardflow_exe() -> list[str]:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process (all its threads), from /proc."""
+    """utime + stime of a process (all its threads) and of its live child processes, from /proc."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except (OSError, IndexError, ValueError):
         return None
+    return own + sum(cpu_seconds(int(c)) or 0.0 for c in children)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -333,11 +335,30 @@ def _client_proc(url: str, keys: dict[str, str], shards: list[list[Request]], re
 
 
 # ---------------------------------------------------------------------- the collector
-def start_collector(settings: Any, workdir: Path) -> Any:
+def start_owner(settings: Any, workdir: Path) -> Any:
+    """``rewardflow run --no-worker``: owns the chDB directory and serves the keys to several collectors."""
     from rewardflow.demo.worker_proc import ChildProcess
 
-    proc = ChildProcess(settings, workdir / "collect.log", [*rewardflow_exe(), "collect", "--log-level", "WARNING"],
-                        cwd=workdir, detach=True)
+    proc = ChildProcess(settings, workdir / "owner.log", [*rewardflow_exe(), "run", "--no-worker", "--status-interval", "0",
+                                                          "--monitor-interval", "0"], cwd=workdir, detach=True)
+    proc.start()
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{settings.web_port}/health", timeout=1):
+                return proc
+        except OSError:
+            pass
+        if not proc.alive or time.monotonic() > deadline:
+            raise SystemExit(f"rewardflow run (the chDB owner) did not start:\n{proc.log_tail()}")
+        time.sleep(0.2)
+
+
+def start_collector(settings: Any, workdir: Path, processes: int = 1) -> Any:
+    from rewardflow.demo.worker_proc import ChildProcess
+
+    proc = ChildProcess(settings, workdir / "collect.log", [*rewardflow_exe(), "collect", "--log-level", "WARNING",
+                                                            "--processes", str(processes)], cwd=workdir, detach=True)
     proc.start()
     url = f"http://{settings.collect_host}:{settings.collect_port}"
     deadline = time.monotonic() + 120
@@ -433,6 +454,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=50_000, help="events sent by each of the SDK and the clients")
     ap.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients (keep-alive connections), in total")
     ap.add_argument("--procs", type=int, default=1, help="client processes the clients are spread over (1: threads here)")
+    ap.add_argument("--collectors", type=int, default=1, help="collector processes on the one port "
+                    "(rewardflow collect --processes N; above 1 a `rewardflow run --no-worker` owns chDB and serves the keys)")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--sessions-per-hour", type=float, default=2_000.0)
     ap.add_argument("--shape", choices=("sdk", "live"), default="sdk",
@@ -459,7 +482,7 @@ def main() -> None:
     console = Console()
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench-collect-"))
-    broker = collector = spy = None
+    broker = collector = spy = owner = None
     bootstrap, broker_pid = args.bootstrap, None
     try:
         with console.status("generating the workload"):
@@ -503,7 +526,9 @@ def main() -> None:
 
         # ---- the collector
         with console.status("starting rewardflow collect"):
-            collector = start_collector(settings, tmp)
+            if args.collectors > 1:
+                owner = start_owner(settings, tmp)
+            collector = start_collector(settings, tmp, args.collectors)
         url = f"http://{settings.collect_host}:{settings.collect_port}"
         assert collector.proc is not None
         server_pid = collector.proc.pid
@@ -607,13 +632,16 @@ def main() -> None:
             spy.kill()
         if collector is not None:
             collector.stop(30)
+        if owner is not None:
+            owner.stop(30)
         if broker is not None:
             broker.down(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
 
     ratio = col["events_s"] / sdk["events_s"]
     report = {
-        "events": args.events, "clients": args.clients, "procs": args.procs, "partitions": args.partitions,
+        "events": args.events, "clients": args.clients, "procs": args.procs, "collectors": args.collectors,
+        "partitions": args.partitions,
         "shape": args.shape,
         "batch_window_ms": args.batch_window_ms, "sessions_per_hour": args.sessions_per_hour,
         "requests_total": len(requests), "events_per_request": len(models) / len(requests),

@@ -19,18 +19,35 @@ from rewardflow.settings import load_settings
 
 def command(
     log_level: str = typer.Option("INFO", help="Python log level."),
+    processes: int = typer.Option(1, "--processes", min=1, max=64, help="Processes serving the one port (one core "
+                                  "each); above 1, keys come from a ClickHouse server or the chDB owner's endpoint."),
 ) -> None:
     """Serve the ingestion edge: POST /v1/events with a key, /healthz, /metrics."""
     from rewardflow.clickhouse.connect import open_reader
     from rewardflow.clickhouse.errors import ClickHouseError
     from rewardflow.cli.run import ensure_kafka
-    from rewardflow.collector.server import Collector, keys_from_reader
+    from rewardflow.clickhouse.connect import as_dsn
+    from rewardflow.clickhouse.enginelock import probe_engine
+    from rewardflow.collector.processes import serve_processes
+    from rewardflow.collector.server import Collector, keys_from_reader, listen
     from rewardflow.kafka.provision import ensure_topics
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
     ensure_kafka(settings, start=False)
     ensure_topics(settings)
+    dsn = as_dsn(settings.dsn)
+    if processes > 1:
+        if dsn.embedded and dsn.path is not None and probe_engine(dsn.path) is None:
+            typer.echo(f"error: --processes {processes} with the embedded chDB needs the process that owns it "
+                       "(`rewardflow run`) running: the collectors read the keys through its read endpoint", err=True)
+            raise typer.Exit(2)
+        try:
+            sock = listen(settings.collect_host, settings.collect_port)
+        except OSError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        raise typer.Exit(serve_processes(sock, processes, log_level.upper()))
     try:
         reader = open_reader(settings)
         collector = Collector(settings, keys_from_reader(reader))

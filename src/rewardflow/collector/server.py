@@ -44,24 +44,30 @@ def keys_from_reader(reader: Any) -> Callable[[], KeyTable]:
     return load
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The edge's listening socket; ``OSError`` names the address when it is taken."""
+    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on connections of a socket made with it; without,
+    # every response waits ~40 ms for the client's delayed ACK (headers and body are two writes)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror} (another collector on "
+                                 "this port? set REWARDFLOW_COLLECT_PORT)") from None
+    sock.listen(1024)
+    return sock
+
+
 class Collector:
     def __init__(self, settings: Settings, load_keys: Callable[[], KeyTable], host: str | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, sock: socket.socket | None = None) -> None:
+        """``sock``: serve on this listening socket (shared by several processes) instead of binding one."""
         self.settings = settings
         self.host = settings.collect_host if host is None else host
         port = settings.collect_port if port is None else port
-        # IPPROTO_TCP: asyncio sets TCP_NODELAY only on connections of a socket made with it; without,
-        # every response waits ~40 ms for the client's delayed ACK (headers and body are two writes)
-        self._sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM,
-                                   socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._sock.bind((self.host, port))
-        except OSError as exc:
-            self._sock.close()
-            raise OSError(exc.errno, f"cannot listen on {self.host}:{port}: {exc.strerror} (another collector on "
-                                     "this port? set REWARDFLOW_COLLECT_PORT)") from None
-        self._sock.listen(1024)
+        self._sock = sock if sock is not None else listen(self.host, port)
         self.keys = KeyCache(load_keys, settings.collect_key_refresh_s)
         self.metrics = EdgeMetrics()
         self.producer = AckingProducer(settings.kafka_client_config(), settings.topic(topics.RAW),
