@@ -34,14 +34,14 @@ def command(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
+    dsn = as_dsn(settings.dsn)
+    if processes > 1 and dsn.embedded and dsn.path is not None and probe_engine(dsn.path) is None:
+        typer.echo(f"error: --processes {processes} with the embedded chDB needs the process that owns it "
+                   "(`rewardflow run`) running: the collectors read the keys through its read endpoint", err=True)
+        raise typer.Exit(2)
     ensure_kafka(settings, start=False)
     ensure_topics(settings)
-    dsn = as_dsn(settings.dsn)
     if processes > 1:
-        if dsn.embedded and dsn.path is not None and probe_engine(dsn.path) is None:
-            typer.echo(f"error: --processes {processes} with the embedded chDB needs the process that owns it "
-                       "(`rewardflow run`) running: the collectors read the keys through its read endpoint", err=True)
-            raise typer.Exit(2)
         try:
             sock = listen(settings.collect_host, settings.collect_port)
         except OSError as exc:
