@@ -1,5 +1,6 @@
-"""Sending a simulated stream through the ingestion edge, as editors and agents do: HTTP requests of
-one session's events, each org with its own key, retried on 503/429 with the same event ids.
+"""Sending a simulated stream through the ingestion edge, as agent runners and editor relays do: HTTP
+requests of one org's events (what queued for a client since its last request, up to 500 events,
+several sessions), each org with its own key, retried on 503/429 with the same event ids.
 
 The planted malformed records are sent as a broken client would: a body that is not JSON (400),
 or an event the contract refuses (202 with the event listed as rejected). Both count as refused at
@@ -32,6 +33,10 @@ from rewardflow.events.validate import to_dict
 from rewardflow.sim.generator import SendGroup, Simulator
 
 
+MAX_GROUPS = 256  # queued send groups one client takes at once
+MAX_EVENTS = 500  # events in one request (the edge's default limit)
+
+
 @dataclass
 class EdgeStats:
     accepted: int = 0  # events answered 202 and not rejected
@@ -59,22 +64,32 @@ class _Client(threading.Thread):
 
     def run(self) -> None:
         conn = _Connection(self.host, self.port, timeout=60)
-        while (item := self.inbox.get()) is not None:
+        done = False
+        while not done:
+            items = [self.inbox.get()]
+            while items[-1] is not None and len(items) < MAX_GROUPS:  # what queued meanwhile goes along
+                try:
+                    items.append(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            done = items[-1] is None
+            groups = [i for i in items if i is not None]
             try:
                 if self.error is None:
-                    self._send(conn, *item)
+                    for key, batch in _requests(groups):
+                        self._send(conn, key, batch)
             except BaseException as exc:  # noqa: BLE001 - reported by the sender after the drain
                 self.error = exc
             finally:
-                self.inbox.task_done()
-        self.inbox.task_done()
+                for _ in items:
+                    self.inbox.task_done()
         conn.close()
 
-    def _send(self, conn: http.client.HTTPConnection, key: str, g: SendGroup) -> None:
+    def _send(self, conn: http.client.HTTPConnection, key: str, batch: list[SendGroup]) -> None:
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        malformed = g.raw is not None
+        malformed = batch[0].raw is not None
         while True:  # sent_at is the client's clock at each attempt, as a real client sets it
-            conn.request("POST", "/v1/events", body=_body(g), headers=headers)
+            conn.request("POST", "/v1/events", body=_body(batch), headers=headers)
             resp = conn.getresponse()
             doc = orjson.loads(resp.read() or b"{}")
             if resp.status in (429, 503):
@@ -94,11 +109,28 @@ class _Client(threading.Thread):
             return
 
 
-def _body(g: SendGroup) -> bytes:
+def _requests(items: list[tuple[str, SendGroup]]) -> list[tuple[str, list[SendGroup]]]:
+    """The requests for queued groups, in order: valid groups of one key together (up to MAX_EVENTS
+    events; a session stays in one thread, so its order holds), each malformed record alone."""
+    out: list[tuple[str, list[SendGroup]]] = []
+    open_by_key: dict[str, list[SendGroup]] = {}
+    for key, g in items:
+        if g.raw is not None:
+            out.append((key, [g]))
+            continue
+        batch = open_by_key.get(key)
+        if batch is None or sum(len(b.events) for b in batch) + len(g.events) > MAX_EVENTS:
+            batch = open_by_key[key] = []
+            out.append((key, batch))
+        batch.append(g)
+    return out
+
+
+def _body(batch: list[SendGroup]) -> bytes:
     sent_at = b'{"sent_at":%d,"events":[' % int(time.time() * 1000)
-    if g.raw is not None:
-        return sent_at + g.raw + b"]}"  # a broken client's event, as it wrote it
-    return sent_at + b",".join(orjson.dumps(to_dict(e)) for e in g.events) + b"]}"
+    if batch[0].raw is not None:
+        return sent_at + batch[0].raw + b"]}"  # a broken client's event, as it wrote it
+    return sent_at + b",".join(orjson.dumps(to_dict(e)) for g in batch for e in g.events) + b"]}"
 
 
 def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: Console, *, clients: int = 4,
