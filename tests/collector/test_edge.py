@@ -114,3 +114,21 @@ def test_secrets_in_follow_up_text_are_scrubbed_and_counted() -> None:
                                   "see https://github.com/org/repo/pull/1234"])
 def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact(text) == (text, {})
+
+
+def test_a_key_created_just_after_a_reload_is_found_on_its_first_use() -> None:
+    import time
+
+    from rewardflow.collector.keys import KeyCache, digest
+
+    table: dict[str, tuple[str, str]] = {}
+    loads = []
+    cache = KeyCache(lambda: (loads.append(1), dict(table))[1], refresh_s=60)
+    cache.refresh()
+    secret = "rfk_0123456789ab_" + "s" * 43
+    table["0123456789ab"] = (digest(secret), "org")  # created right after the reload
+    assert cache.org_of(secret) is None
+    cache.refresh_after_miss(time.monotonic())
+    assert cache.org_of(secret) == ("0123456789ab", "org") and len(loads) == 2
+    cache.refresh_after_miss(time.monotonic() - 10)  # a miss older than the last reload: no reload
+    assert len(loads) == 2

@@ -3,7 +3,9 @@
 1. brings up the project's local Kafka if none answers (jars from the cache);
 2. starts the stream worker (a subprocess) and the ClickHouse sink (this
    process owns the demo's own chDB directory);
-3. simulates a baseline and a candidate checkpoint through the SDK;
+3. simulates a baseline and a candidate checkpoint whose editors and agents send through the
+   ingestion edge (``rewardflow collect``, a process of its own, one key per org); then moves
+   event time past the last deadline with signed ticks, as the workers' idle clock would;
 4. waits until every simulated turn is finalised and written;
 5. stops everything cleanly, prints the A/B report, the reconciliation of
    counts and the Goodhart alerts, and writes HTML + JSON reports.
@@ -24,9 +26,7 @@ from rich.console import Console
 from rewardflow.settings import load_settings
 
 DEMO_OVERRIDES: dict[str, Any] = {
-    "idle_timeout_s": 1.0,
-    "idle_clock_rate": 600.0,  # after traffic stops, 15 min of horizons pass in ~2 s
-    "partitions": 4,
+    "partitions": 4,  # after the traffic, the demo moves event time past the last deadline with signed ticks
 }
 
 

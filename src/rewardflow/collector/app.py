@@ -94,7 +94,7 @@ def create_app(settings: Settings, keys: KeyCache, producer: AckingProducer, met
         secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         found = keys.org_of(secret) if secret else None
         if found is None and secret:  # a key created a moment ago: look again once
-            await run_in_threadpool(keys.refresh_after_miss)
+            await run_in_threadpool(keys.refresh_after_miss, time.monotonic())
             found = keys.org_of(secret)
         if found is None:
             return _refuse(metrics, 401, "missing, unknown or revoked key: send Authorization: Bearer rfk_…")

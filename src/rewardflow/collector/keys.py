@@ -10,7 +10,7 @@ key stops working within that), and compares hashes in constant time.
 Contract: :class:`IngestKeys` methods block on one ClickHouse round trip each and raise the
 driver's errors; :meth:`KeyCache.org_of` never blocks on ClickHouse (a background refresh keeps
 it current; a failed refresh keeps the previous view and is logged); :meth:`KeyCache.refresh_after_miss`
-does, at most twice a second.
+does, sharing reloads among misses and starting one at most twice a second.
 """
 
 from __future__ import annotations
@@ -112,15 +112,18 @@ class KeyCache:
 
     def refresh(self) -> None:
         """Reload now (raises what ``load`` raises)."""
+        started = time.monotonic()
         self._keys = self._load()
-        self.loaded_at = time.monotonic()
+        self.loaded_at = started
 
-    def refresh_after_miss(self, min_age_s: float = 0.5) -> None:
-        """Reload unless the view is younger than ``min_age_s``: a key created a moment ago works at once,
-        and unknown keys cannot make the edge reload more than twice a second. Blocks; logs a failure."""
+    def refresh_after_miss(self, missed_at: float, min_interval_s: float = 0.5) -> None:
+        """Make sure the view was loaded after ``missed_at`` (when a key was not found), so a key created a
+        moment ago works at once. Misses share reloads, which start at most every ``min_interval_s``:
+        unknown keys cannot make the edge reload faster. Blocks up to that long; logs a failure."""
         with self._miss_lock:
-            if time.monotonic() - self.loaded_at < min_age_s:
-                return
+            if self.loaded_at >= missed_at:
+                return  # a reload that began after the miss has finished meanwhile
+            time.sleep(max(0.0, self.loaded_at + min_interval_s - time.monotonic()))
             try:
                 self.refresh()
             except Exception as exc:  # noqa: BLE001 - the last good view stays

@@ -50,8 +50,10 @@ class DemoRunner:
         self.started_broker: Any = None
         self.worker = WorkerProcess(settings, run_dir / "worker.log")
         self.sink: Any = None
-        self.edge: Any = None  # the ingestion edge the simulated editors and agents send through
+        self.edge: Any = None  # the ingestion edge (a process) the simulated editors and agents send through
+        self.edge_url = ""
         self.edge_stats: Any = None
+        self.reads: Any = None  # this process's read endpoint: the edge reads the keys through it
         self._stop = threading.Event()
         self._sink_thread: threading.Thread | None = None
         window_s = max(settings.window_sizes_s)
@@ -98,18 +100,61 @@ class DemoRunner:
         self.sink = RewardSink(s)
         self._sink_thread = threading.Thread(target=self.sink.run, args=(self._stop,), name="demo-sink")
         self._sink_thread.start()
-        from rewardflow.clickhouse.connect import get_client
-        from rewardflow.collector.server import Collector, keys_from_client
-
-        self.edge = Collector(s, keys_from_client(get_client(dsn=s.dsn)), port=0).start()
+        self.edge = self._start_edge()
         self.worker.start()
         self.console.print(f"worker pid {self.worker.proc.pid if self.worker.proc else '?'}, "
                            f"log {self.worker.log_path}; data {self.run_dir}")
+
+    def _start_edge(self) -> Any:
+        """``rewardflow collect`` in a process of its own (a core of its own), reading the keys through
+        this process's read endpoint, as it would beside a running ``rewardflow run``."""
+        import sys
+        import urllib.request
+
+        from rewardflow.demo.worker_proc import ChildProcess
+        from rewardflow.kafka_local.ports import free_ports
+        from rewardflow.readapi.server import ReadServer
+
+        self.reads = ReadServer(self.sink.dsn, self.settings).start()
+        settings = self.settings.model_copy(update={"collect_port": free_ports(1)[0]})
+        edge = ChildProcess(settings, self.run_dir / "collector.log",
+                            [sys.executable, "-c", "from rewardflow.cli.main import main; main()", "collect",
+                             "--log-level", "WARNING"], cwd=self.run_dir)
+        edge.start()
+        self.edge_url = f"http://127.0.0.1:{settings.collect_port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.edge_url}/healthz", timeout=1):
+                    return edge
+            except OSError:
+                if not edge.alive or time.monotonic() > deadline:
+                    raise RuntimeError(f"the ingestion edge did not start; see {edge.log_path}") from None
+                time.sleep(0.2)
+
+    def _end_of_traffic(self, last_ts: int) -> None:
+        """Move every raw partition's watermark past the last turn's deadline with signed ticks, as the
+        workers' idle clock would after the traffic stops (here at once, not after minutes)."""
+        from confluent_kafka import Producer
+
+        from rewardflow.core.ticks import TICK_HEADERS, signed_tick
+        from rewardflow.settings import tick_key
+
+        s = self.settings
+        wm = last_ts + s.horizons_s[-1] * 1000 + s.grace_ms + s.allowed_lateness_ms + 1
+        topic = s.topic(T.RAW)
+        producer = Producer(s.kafka_client_config())
+        for partition in range(s.partitions):
+            producer.produce(topic, signed_tick(tick_key(s), topic, wm), partition=partition, headers=list(TICK_HEADERS))
+        producer.flush(30)
 
     def _stop_pipeline(self) -> None:
         if self.edge is not None:
             self.edge.stop()
             self.edge = None
+        if self.reads is not None:
+            self.reads.stop()
+            self.reads = None
         self.worker.stop()
         self._stop.set()
         if self._sink_thread is not None:
@@ -135,9 +180,9 @@ class DemoRunner:
         admin = IngestKeys(get_client(dsn=s.dsn))  # a key per org, as each org's editors would hold
         orgs = [f"org-{i:04d}" for i in range(1, cfg.orgs + 1)] + ["org-sim"]
         keys = {org: admin.create(org, "demo")[1] for org in orgs}
-        self.edge.keys.refresh()
-        self.console.print(f"ingestion edge {self.edge.url}: {len(keys)} keys, one per org")
-        self.edge_stats = send_through_edge(sim, self.edge.url, keys, self.console)
+        self.console.print(f"ingestion edge {self.edge_url}: {len(keys)} keys, one per org")
+        self.edge_stats = send_through_edge(sim, self.edge_url, keys, self.console)
+        self._end_of_traffic(self.edge_stats.last_ts)
         return sim.truth
 
     def _counts(self) -> Counts:

@@ -43,6 +43,7 @@ class EdgeStats:
     refused: int = 0  # planted malformed records the edge refused (a 400 body or a rejected event)
     unexpected: int = 0  # valid events the edge refused (should stay 0)
     retries: int = 0  # requests answered 503 or 429 and sent again
+    last_ts: int = 0  # the latest event time sent
 
 
 class _Connection(http.client.HTTPConnection):
@@ -134,7 +135,7 @@ def _body(batch: list[SendGroup]) -> bytes:
 
 
 def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: Console, *, clients: int = 4,
-                      sync_ms: int = 10_000) -> EdgeStats:
+                      sync_ms: int = 20_000) -> EdgeStats:
     """Send the whole stream through the edge at ``url``; ``keys`` maps each org to its key."""
     cfg, stats, lock = sim.config, EdgeStats(), threading.Lock()
     workers = [_Client(url, stats, lock) for _ in range(clients)]
@@ -159,6 +160,7 @@ def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: C
                 if g.late or g.due_ms - last_sync >= sync_ms:
                     drain()
                     last_sync = g.due_ms
+                stats.last_ts = max(stats.last_ts, g.due_ms, *(e.ts for e in g.events))
                 org = _org_of(g)
                 worker = workers[zlib.crc32(g.session_id.encode()) % clients]
                 worker.inbox.put((keys[org], g))
