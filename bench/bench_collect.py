@@ -171,21 +171,15 @@ def create_keys(settings: Any, orgs: list[str], log: Path) -> dict[str, str]:
 
 # ---------------------------------------------------------------------- the SDK
 def run_sdk(settings: Any, topic: str, models: list[Any]) -> dict[str, Any]:
-    from rewardflow.client import EventProducer, ProducerConfig
+    """bench_produce's SDK run (warm-up, then emit all and flush) on the same events."""
+    from bench_produce import run_sdk as produce_sdk
 
-    producer = EventProducer(settings, ProducerConfig(topic=topic, block_timeout_s=60.0))
-    producer.emit(models[0])  # warm-up: connection and producer id
-    producer.flush()
-    start = time.perf_counter()
-    for event in models[1:]:
-        producer.emit(event)
-    stats = producer.flush()
-    elapsed = time.perf_counter() - start
-    producer.close()
-    assert stats.sent == len(models), stats
+    from rewardflow.client import ProducerConfig
+
+    elapsed, records = produce_sdk(settings, ProducerConfig(topic=topic, block_timeout_s=60.0), models)
     timed = len(models) - 1
-    return {"seconds": elapsed, "events": timed, "events_s": timed / elapsed, "records": stats.records,
-            "events_per_record": len(models) / stats.records}
+    return {"seconds": elapsed, "events": timed, "events_s": timed / elapsed, "records": records,
+            "events_per_record": len(models) / records}
 
 
 def sdk_requests(bootstrap: str, topic: str, partitions: int, n_records: int, models: list[Any]) -> list[Request]:

@@ -126,3 +126,11 @@ def test_a_secret_pasted_into_a_follow_up_never_reaches_kafka_or_clickhouse(edge
     assert stored and all(secret not in p for (p,) in stored)
     metrics = __import__("urllib.request").request.urlopen(f"{edge.url}/metrics").read().decode()
     assert 'rewardflow_collect_redacted_total{kind="GitHub Token"} 1.0' in metrics
+
+
+def test_rejections_are_counted_under_contract_fields_only(edge: Edge) -> None:
+    events = [ev("ToolCall", "r1", status="exploded"), {**ev("FollowUp", "r1"), "attacker-label-1": 1}]
+    assert post_events(edge.url, edge.key, events)[0] == 202
+    metrics = __import__("urllib.request").request.urlopen(f"{edge.url}/metrics").read().decode()
+    assert 'outcome="invalid:status"} 1.0' in metrics and 'outcome="invalid:other"} 1.0' in metrics
+    assert "attacker-label-1" not in metrics

@@ -132,3 +132,11 @@ def test_a_key_created_just_after_a_reload_is_found_on_its_first_use() -> None:
     assert cache.org_of(secret) == ("0123456789ab", "org") and len(loads) == 2
     cache.refresh_after_miss(time.monotonic() - 10)  # a miss older than the last reload: no reload
     assert len(loads) == 2
+
+
+def test_metric_labels_of_rejections_are_bounded_by_the_contract() -> None:
+    from rewardflow.collector.app import _FIELDS
+
+    out = _admit(_doc([{**ev("FollowUp", "r1"), "x-attacker-chosen-1": 1}]))
+    assert [r.field for r in out.rejected] == ["x-attacker-chosen-1"] and "x-attacker-chosen-1" not in _FIELDS
+    assert {"ts", "event_type", "text_redacted", "<event>"} <= _FIELDS

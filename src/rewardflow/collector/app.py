@@ -29,7 +29,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from rewardflow.collector.edge import Refused, admit, decode_body
 from rewardflow.collector.kafka import AckingProducer, KafkaUnavailable
 from rewardflow.collector.keys import KeyCache
+from rewardflow.events.models import EVENT_MODELS
 from rewardflow.settings import Settings
+
+
+_FIELDS = frozenset({"<event>", "event_type"} | {f for m in EVENT_MODELS.values() for f in m.model_fields})
 
 
 class RateLimiter:
@@ -121,8 +125,8 @@ def create_app(settings: Settings, keys: KeyCache, producer: AckingProducer, met
             return _refuse(metrics, exc.status, str(exc))
         for kind, count in judged.redacted.items():
             metrics.redacted.labels(kind).inc(count)
-        for r in judged.rejected:
-            metrics.events.labels(f"invalid:{r.field}").inc()
+        for r in judged.rejected:  # a client names any field it likes: only the contract's become labels
+            metrics.events.labels(f"invalid:{r.field if r.field in _FIELDS else 'other'}").inc()
         if judged.sessions:
             try:
                 metrics.ack.observe(await producer.send(judged.sessions))
