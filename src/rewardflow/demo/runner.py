@@ -48,7 +48,7 @@ class DemoRunner:
     def __init__(self, settings: Settings, run_dir: Path, console: Console) -> None:
         self.settings, self.run_dir, self.console = settings, run_dir, console
         self.started_broker: Any = None
-        self.worker = WorkerProcess(settings, run_dir / "worker.log")
+        self.worker = WorkerProcess(settings, run_dir / "worker.log", detach=True)  # ends with the demo, even killed
         self.sink: Any = None
         self.edge: Any = None  # the ingestion edge (a process) the simulated editors and agents send through
         self.edge_url = ""
@@ -91,7 +91,8 @@ class DemoRunner:
         s = self.settings
         if not metadata_ready(s.kafka_bootstrap, timeout=3.0):
             self.console.print(f"starting the local Kafka broker on {s.kafka_bootstrap} …")
-            broker = LocalBroker(s.home, s.local_broker_port, s.local_broker_controller_port, s.partitions)
+            broker = LocalBroker(s.home, s.local_broker_port, s.local_broker_controller_port, s.partitions,
+                                 die_with_parent=True)  # also when the demo is killed before its cleanup
             broker.up(timeout=180)
             self.started_broker = broker
         ensure_topics(s)
@@ -119,7 +120,7 @@ class DemoRunner:
         settings = self.settings.model_copy(update={"collect_port": free_ports(1)[0]})
         edge = ChildProcess(settings, self.run_dir / "collector.log",
                             [sys.executable, "-c", "from rewardflow.cli.main import main; main()", "collect",
-                             "--log-level", "WARNING"], cwd=self.run_dir)
+                             "--log-level", "WARNING"], cwd=self.run_dir, detach=True)
         edge.start()
         self.edge_url = f"http://127.0.0.1:{settings.collect_port}"
         deadline = time.monotonic() + 60
