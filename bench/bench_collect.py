@@ -336,16 +336,8 @@ def start_owner(settings: Any, workdir: Path) -> Any:
     proc = ChildProcess(settings, workdir / "owner.log", [*rewardflow_exe(), "run", "--no-worker", "--status-interval", "0",
                                                           "--monitor-interval", "0"], cwd=workdir, detach=True)
     proc.start()
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{settings.web_port}/health", timeout=1):
-                return proc
-        except OSError:
-            pass
-        if not proc.alive or time.monotonic() > deadline:
-            raise SystemExit(f"rewardflow run (the chDB owner) did not start:\n{proc.log_tail()}")
-        time.sleep(0.2)
+    proc.wait_answering(f"http://127.0.0.1:{settings.web_port}/health", timeout=120)
+    return proc
 
 
 def start_collector(settings: Any, workdir: Path, processes: int = 1) -> Any:
@@ -354,20 +346,8 @@ def start_collector(settings: Any, workdir: Path, processes: int = 1) -> Any:
     proc = ChildProcess(settings, workdir / "collect.log", [*rewardflow_exe(), "collect", "--log-level", "WARNING",
                                                             "--processes", str(processes)], cwd=workdir, detach=True)
     proc.start()
-    url = f"http://{settings.collect_host}:{settings.collect_port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if not proc.alive:
-            raise SystemExit(f"rewardflow collect exited with {proc.proc and proc.proc.returncode}:\n{proc.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"rewardflow collect did not answer /healthz within 120 s; log: {proc.log_path}")
-        time.sleep(0.2)
+    proc.wait_answering(f"http://{settings.collect_host}:{settings.collect_port}/healthz", timeout=120)
+    return proc
 
 
 def metric_sums(url: str) -> dict[str, float]:

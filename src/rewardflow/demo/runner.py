@@ -110,7 +110,6 @@ class DemoRunner:
         """``rewardflow collect`` in a process of its own (a core of its own), reading the keys through
         this process's read endpoint, as it would beside a running ``rewardflow run``."""
         import sys
-        import urllib.request
 
         from rewardflow.demo.worker_proc import ChildProcess
         from rewardflow.kafka_local.ports import free_ports
@@ -123,15 +122,8 @@ class DemoRunner:
                              "--log-level", "WARNING"], cwd=self.run_dir, detach=True)
         edge.start()
         self.edge_url = f"http://127.0.0.1:{settings.collect_port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.edge_url}/healthz", timeout=1):
-                    return edge
-            except OSError:
-                if not edge.alive or time.monotonic() > deadline:
-                    raise RuntimeError(f"the ingestion edge did not start; see {edge.log_path}") from None
-                time.sleep(0.2)
+        edge.wait_answering(f"{self.edge_url}/healthz", timeout=60)
+        return edge
 
     def _end_of_traffic(self, last_ts: int) -> None:
         """Move every raw partition's watermark past the last turn's deadline with signed ticks, as the

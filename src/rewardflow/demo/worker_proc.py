@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -138,6 +139,20 @@ class ChildProcess:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise WorkerError(f"{self.name} did not exit within {timeout:.0f}s:\n{self.log_tail()}") from None
+
+    def wait_answering(self, url: str, timeout: float) -> None:
+        """Block until ``url`` answers an HTTP GET; raises :class:`WorkerError` (with the log's end)
+        when the process exits first or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=1):
+                    return
+            except OSError:
+                if not self.alive or time.monotonic() > deadline:
+                    why = "exited" if not self.alive else f"did not answer {url} within {timeout:.0f}s"
+                    raise WorkerError(f"{self.name} {why}:\n{self.log_tail(4000)}") from None
+                time.sleep(0.2)
 
     def abort_with_stacks(self) -> None:
         """SIGABRT a running process so faulthandler writes where each thread is to the log (diagnosis)."""
