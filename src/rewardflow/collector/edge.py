@@ -24,15 +24,26 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
+from pydantic import TypeAdapter, ValidationError
 
 from rewardflow.collector.redact import redact
 from rewardflow.events.errors import InvalidEvent
+from rewardflow.events.models import Envelope
 from rewardflow.events.validate import shown, validate_event
 
-EPOCH_MS = (946_684_800_000, 4_102_444_800_000)
+_EPOCH_MS: TypeAdapter[int] = TypeAdapter(Annotated[int, *Envelope.model_fields["ts"].metadata])  # the schema's ts rule
+
+
+def _epoch_ms(value: Any) -> bool:
+    """Whether ``value`` is a time the contract accepts as ``ts`` (the same rule, from schemas/)."""
+    try:
+        _EPOCH_MS.validate_python(value)
+    except ValidationError:
+        return False
+    return True
 
 
 class Refused(Exception):
@@ -99,7 +110,7 @@ def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int
         raise Refused(400, "events: expected a non-empty list of events")
     if len(events) > max_events:
         raise Refused(413, f"events: {len(events):,} in one request; at most {max_events:,}")
-    if type(sent_at) is not int or not EPOCH_MS[0] <= sent_at < EPOCH_MS[1]:
+    if not _epoch_ms(sent_at) or type(sent_at) is not int:  # (the second test tells mypy what the first did)
         raise Refused(400, f"sent_at: expected the client's clock at send time in epoch milliseconds, got {shown(sent_at, 32)}")
     foreign = [i for i, e in enumerate(events) if isinstance(e, dict) and e.get("org_id", org_id) != org_id]
     if foreign:
@@ -127,7 +138,7 @@ def _admit_one(raw: Any, i: int, org_id: str, offset: int, redacted: Counter[str
     validate_event(event, i)  # the event as sent is what goes on (the worker validates it again)
     if offset:
         corrected = event["ts"] - offset
-        if not EPOCH_MS[0] <= corrected < EPOCH_MS[1]:
+        if not _epoch_ms(corrected):
             raise InvalidEvent("ts", "out of range once corrected for the client's clock (check sent_at)", index=i)
         event["client_ts"], event["ts"] = event["ts"], corrected
     text = event.get("text_redacted")
