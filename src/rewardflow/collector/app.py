@@ -15,6 +15,7 @@ Contract: the routes never raise to the server; each request is judged by
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -23,7 +24,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from rewardflow.collector.edge import Refused, admit, decode_body
@@ -83,12 +83,12 @@ def create_app(settings: Settings, keys: KeyCache, producer: AckingProducer, met
     app = FastAPI(title="rewardflow collector", description="The ingestion edge of rewardflow.", version="1")
     limiter = RateLimiter(settings.collect_rate_events_per_s, settings.collect_rate_burst)
 
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    @app.get("/healthz")  # async: served on the loop, never queued behind the thread pool
+    async def healthz() -> dict[str, Any]:
         return {"status": "ok", "keys_loaded_s_ago": round(time.monotonic() - keys.loaded_at, 1)}
 
     @app.get("/metrics")
-    def prometheus() -> Response:
+    async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/events", status_code=202)
@@ -98,7 +98,7 @@ def create_app(settings: Settings, keys: KeyCache, producer: AckingProducer, met
         secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         found = keys.org_of(secret) if secret else None
         if found is None and secret:  # a key created a moment ago: look again once
-            await run_in_threadpool(keys.refresh_after_miss, time.monotonic())
+            await asyncio.get_running_loop().run_in_executor(keys.miss_executor, keys.refresh_after_miss, time.monotonic())
             found = keys.org_of(secret)
         if found is None:
             return _refuse(metrics, 401, "missing, unknown or revoked key: send Authorization: Bearer rfk_…")

@@ -15,6 +15,7 @@ does, sharing reloads among misses and starting one at most twice a second.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import hmac
 import logging
@@ -108,6 +109,9 @@ class KeyCache:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._miss_lock = threading.Lock()
+        # misses wait for reloads on a thread of their own: a flood of unknown keys queues here, not in
+        # the server's shared thread pool
+        self.miss_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rewardflow-keys-miss")
         self.loaded_at = 0.0
 
     def refresh(self) -> None:
@@ -138,6 +142,7 @@ class KeyCache:
 
     def stop(self) -> None:
         self._stop.set()
+        self.miss_executor.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
