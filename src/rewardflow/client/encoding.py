@@ -129,13 +129,14 @@ def _fastavro_piece(parsed: Any, branch: bytes) -> Writer:
     """
 
     class Capture:  # file-like: fastavro writes each datum with one .write() call
-        data: bytes | bytearray = b""
+        __slots__ = ("data",)
+
+        def __init__(self) -> None:
+            self.data: bytes | bytearray = b""
 
         def write(self, data: bytes | bytearray) -> None:
             self.data = data
 
-    capture = Capture()
-    sink = cast(IO[Any], capture)
     ints = _int_fields(parsed)
 
     def piece(fields: dict[str, Any]) -> bytes:
@@ -143,7 +144,8 @@ def _fastavro_piece(parsed: Any, branch: bytes) -> Writer:
             value = fields.get(name)
             if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
                 raise OverflowError(f"{name}={value} does not fit an Avro int (32 bits)")
-        schemaless_writer(sink, parsed, fields_of(fields))
+        capture = Capture()  # one per call: emit() encodes outside the producer's lock, from any thread
+        schemaless_writer(cast(IO[Any], capture), parsed, fields_of(fields))
         return branch + capture.data
 
     return piece
