@@ -10,7 +10,7 @@ from rewardflow.analysis.ab import compare
 from rewardflow.analysis.gate import Policy, PolicyError, Rule, check_rule, evaluate, load_policy
 from tests.analysis.conftest import BASE, CAND, rewards, synthetic_rows
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "gate.toml"
+EXAMPLE = Path(__file__).parents[2] / "src" / "rewardflow" / "analysis" / "deploy-gate.toml"
 
 
 def test_example_policy_loads_and_inherits_defaults() -> None:

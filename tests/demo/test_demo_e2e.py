@@ -29,7 +29,7 @@ import pytest
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-GATE = ROOT / "examples" / "gate.toml"
+GATE = ROOT / "src" / "rewardflow" / "analysis" / "deploy-gate.toml"
 DEMO_ARGS = ["--json", "--sessions", "100", "--turns-per-session", "8", "--seed", "7", "--timeout-s", "240"]
 RunDemo = Callable[[str], dict[str, Any]]
 

@@ -39,6 +39,9 @@ Test = Literal["non_inferiority", "regression"]
 MARGINS = ("max_drop_points", "max_rise_points", "max_drop_pct", "max_rise_pct", "max_drop", "max_rise")
 
 
+DEFAULT_POLICY = Path(__file__).with_name("deploy-gate.toml")  # the example gate, shipped with the package
+
+
 class PolicyError(ValueError):
     """A gate policy file is missing, unreadable or invalid."""
 
@@ -115,7 +118,9 @@ class GateResult:
 
 
 def load_policy(path: Path) -> Policy:
-    """Read and validate a TOML policy; raises :class:`PolicyError` (one line)."""
+    """Read and validate a TOML policy (``default``: :data:`DEFAULT_POLICY`); raises :class:`PolicyError` (one line)."""
+    if str(path) == "default":
+        path = DEFAULT_POLICY
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -30,13 +30,13 @@ from rewardflow.analysis.windows import SERIES, WindowPoint, merge_windows
 
 HTML_NAME = "ab-report.html"
 JSON_NAME = "ab-report.json"
-_TITLES = {
+TITLES = {
     "mean_reward": ("Mean reward per turn", lambda v: f"{v:.3f}"),
     "persistence_rate": ("Edit persistence rate (final horizon)", lambda v: f"{v * 100:.1f}%"),
     "dissatisfied_rate": ("Dissatisfied follow-up rate", lambda v: f"{v * 100:.1f}%"),
     "latency_p95": ("Latency p95 (ms)", lambda v: f"{v:,.0f}"),
 }
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ddd;padding:4px 8px;font-size:13px}
 th{background:#f4f4f4}td.num{text-align:right}.better{color:#1a7f37}.worse{color:#c62828}.neutral{color:#777}
 .pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}figure{margin:1em 0}"""
@@ -48,7 +48,7 @@ def series_of(points: dict[str, list[WindowPoint]]) -> dict[str, dict[str, list[
                       "value": getattr(p, m)} for p in pts] for ck, pts in points.items()} for m in SERIES}
 
 
-def _metrics_table(report: Report) -> str:
+def metrics_table(report: Report) -> str:
     conf = fmt_conf(report.confidence)
     head = ("metric", "baseline", "candidate", "Δ", f"{conf} CI", "Δ%", f"{conf} CI (Δ%)", "n", "verdict")
     rows = ["<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
@@ -60,7 +60,7 @@ def _metrics_table(report: Report) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _gate_table(gate: GateResult) -> str:
+def gate_html(gate: GateResult) -> str:
     verdict = '<span class="pass">PASS</span>' if gate.passed else '<span class="fail">FAIL</span>'
     rows = "".join(
         f"<tr><td>{escape(r.metric)}</td><td class=\"{'pass' if r.passed else 'fail'}\">{'PASS' if r.passed else 'FAIL'}"
@@ -73,18 +73,18 @@ def render_html(report: Report, points: dict[str, list[WindowPoint]], gate: Gate
     """The report page as one HTML string."""
     charts = []
     for metric in SERIES:
-        title, fmt = _TITLES[metric]
+        title, fmt = TITLES[metric]
         series = {ck: [(p.window_start, getattr(p, metric)) for p in pts] for ck, pts in points.items()}
         charts.append(f"<figure>{line_chart(title, series, fmt)}</figure>")
     size = f"{window_size_s} s windows" if window_size_s else "no windows"
     title = f"A/B report: {report.candidate} vs {report.baseline}"
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-        f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"
+        f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>"
         f"<p>Reward spec <b>{escape(report.spec_version)}</b>; final rows only; "
         f"{report.turns[report.baseline]:,} baseline and {report.turns[report.candidate]:,} candidate turns; "
         f"intervals at {fmt_conf(report.confidence)}. Δ = candidate − baseline; Δ% = candidate / baseline − 1.</p>"
-        f"{_metrics_table(report)}{_gate_table(gate) if gate else ''}"
+        f"{metrics_table(report)}{gate_html(gate) if gate else ''}"
         f"<h2>Per window ({escape(size)}, event time, UTC)</h2>{''.join(charts)}</body></html>"
     )
 

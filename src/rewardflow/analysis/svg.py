@@ -2,6 +2,8 @@
 
 Contract: pure; returns an ``<svg>`` element as text with every label
 HTML-escaped. Points with a ``None`` value are skipped (the line breaks).
+Bands (e.g. the windows a monitor alerted on) are shaded spans of x, clipped to
+the plotted range, with their label in a tooltip and above the plot.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 Point = tuple[int, float | None]  # (epoch ms, value)
+Band = tuple[int, int, str]  # (start ms, end ms, label)
+BAND_FILL = "#c62828"
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -38,8 +42,8 @@ def _time_label(ms: int, span_ms: int) -> str:
 
 
 def line_chart(title: str, series: Mapping[str, Sequence[Point]], fmt: Callable[[float], str],
-               width: int = 720, height: int = 260) -> str:
-    """A chart with one coloured line per series, time on x (UTC), ``fmt`` on y."""
+               width: int = 720, height: int = 260, bands: Sequence[Band] = ()) -> str:
+    """A chart with one coloured line per series, time on x (UTC), ``fmt`` on y, ``bands`` shaded."""
     left, right, top, bottom = 78, 150, 30, 36
     pts = [(x, y) for s in series.values() for x, y in s if y is not None and math.isfinite(y)]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -63,6 +67,7 @@ def line_chart(title: str, series: Mapping[str, Sequence[Point]], fmt: Callable[
         return top + ph - (y - y0) / (y1 - y0) * ph
 
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>')
+    out.extend(_band(b, sx, x0, x1, top, ph) for b in bands)
     for t in yticks:
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
                    f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{escape(fmt(t))}</text>')
@@ -93,3 +98,14 @@ def _polyline(seg: list[str], color: str) -> str:
     if len(seg) < 2:
         return ""
     return f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.8"/>'
+
+
+def _band(band: Band, sx: Callable[[float], float], x0: float, x1: float, top: int, ph: int) -> str:
+    start, end, label = band
+    lo, hi = max(float(start), x0), min(float(end), x1)
+    if hi < lo:
+        return ""
+    a, b = sx(lo), max(sx(hi), sx(lo) + 3)
+    return (f'<rect x="{a:.1f}" y="{top}" width="{b - a:.1f}" height="{ph}" fill="{BAND_FILL}" fill-opacity="0.10" '
+            f'stroke="{BAND_FILL}" stroke-opacity="0.5" stroke-dasharray="3,2"><title>{escape(label)}</title></rect>'
+            f'<text x="{a + 3:.1f}" y="{top + 12}" font-size="10" fill="{BAND_FILL}">{escape(label)}</text>')

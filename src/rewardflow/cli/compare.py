@@ -73,7 +73,7 @@ def _html(settings: Settings | None, out_dir: Path, report: Report, gate: GateRe
 def command(
     baseline: Annotated[str, typer.Option(help="Baseline checkpoint id (production).")],
     candidate: Annotated[str, typer.Option(help="Candidate checkpoint id.")],
-    policy: Annotated[Path | None, typer.Option(help="Gate policy TOML; exit 1 when a rule fails.")] = None,
+    policy: Annotated[Path | None, typer.Option(help="Gate policy TOML (`default`: the shipped example gate); exit 1 when a rule fails.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report (and gate) as JSON.")] = False,
     spec_version: Annotated[str | None, typer.Option(help="Reward spec version (default: the highest present).")] = None,
     confidence: Annotated[float, typer.Option(min=0.5, max=0.999, help="Confidence of the report's intervals.")] = 0.95,

@@ -3,12 +3,20 @@
 1. brings up the project's local Kafka if none answers (jars from the cache);
 2. starts the stream worker (a subprocess) and the ClickHouse sink (this
    process owns the demo's own chDB directory);
-3. simulates a baseline and a candidate checkpoint whose editors and agents send through the
-   ingestion edge (``rewardflow collect``, a process of its own, one key per org); then moves
-   event time past the last deadline with signed ticks, as the workers' idle clock would;
+3. simulates three checkpoints, a baseline, a candidate with the published gains and a second
+   candidate with the same gains that games the reward (``--hack``), whose editors and agents
+   send through the ingestion edge (``rewardflow collect``, a process of its own, one key per
+   org); then moves event time past the last deadline with signed ticks, as the workers' idle
+   clock would;
 4. waits until every simulated turn is finalised and written;
-5. stops everything cleanly, prints the A/B report, the reconciliation of
-   counts and the Goodhart alerts, and writes HTML + JSON reports.
+5. stops everything cleanly; judges each candidate (A/B report, deploy gate, Goodhart alerts),
+   replays a blocked candidate's alerted window under the next reward spec, prints the
+   reconciliation of counts and a verdict per candidate, and writes the HTML page and a JSON
+   summary.
+
+The default size tells that story in about two minutes on two cores (docs/demo.md has the
+sizing and its power calculation); ``--quick`` is a smaller run with the same verdicts on the
+gate and the monitors, for CI.
 
 Each demo run is isolated: its own topic prefix and chDB directory under
 ``$REWARDFLOW_HOME/demo/<run id>/``. Exit code 0 when the counts reconcile.
@@ -27,27 +35,39 @@ from rewardflow.settings import load_settings
 
 DEMO_OVERRIDES: dict[str, Any] = {
     "partitions": 4,  # after the traffic, the demo moves event time past the last deadline with signed ticks
+    "active_spec_versions": ["v1"],  # v2 is the next spec: the demo replays under it what it would change
 }
+STORY_SESSIONS = 4_000
+QUICK_SESSIONS = 400
 
 
 def command(
-    sessions: Annotated[int, typer.Option(min=2, help="Sessions to simulate.")] = 300,
+    sessions: Annotated[int | None, typer.Option(
+        min=3, help=f"Sessions to simulate [default: {STORY_SESSIONS:,}, or {QUICK_SESSIONS} with --quick].")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A smaller run: the same gate and monitor verdicts, "
+                                                        "gains not resolved.")] = False,
     turns_per_session: Annotated[int, typer.Option(min=1, help="Agent turns per session.")] = 8,
     seed: Annotated[int, typer.Option(help="Simulation seed.")] = 7,
-    hack: Annotated[str | None, typer.Option(help="Plant a reward hack in the candidate: broken-tools | over-ask.")] = None,
+    hack: Annotated[str, typer.Option(help="The reward hack the second candidate plays: over-ask | broken-tools.")] = "over-ask",
     candidate_profile: Annotated[str, typer.Option(
-        help="The candidate: published (the published A/B gains) | regress (clearly worse persistence).")] = "published",
+        help="The first candidate: published (the published A/B gains) | regress (clearly worse persistence).")] = "published",
+    policy: Annotated[Path | None, typer.Option(help="Deploy gate policy TOML [default: the shipped example gate].")] = None,
     noise: Annotated[bool, typer.Option("--noise/--no-noise", help="Plant duplicates, late, orphan and malformed events.")] = True,
     json_only: Annotated[bool, typer.Option("--json", help="Print the JSON summary only.")] = False,
     out_dir: Annotated[Path | None, typer.Option(help="Where to write report.html and summary.json.")] = None,
     timeout_s: Annotated[float, typer.Option(help="Give up waiting for finalisation after this many seconds.")] = 600.0,
 ) -> None:
-    """Run the whole loop locally: Kafka, worker, sink, simulated A/B traffic, report."""
+    """Run the whole loop locally: Kafka, edge, worker, sink, three simulated checkpoints, verdicts."""
+    from rewardflow.analysis.gate import DEFAULT_POLICY, PolicyError, load_policy
     from rewardflow.demo.runner import DemoRunner
     from rewardflow.sim.profiles import CANDIDATE_KINDS, HACKS
 
-    if hack is not None and hack not in HACKS:
+    if hack not in HACKS:
         raise typer.BadParameter(f"use one of {', '.join(HACKS)}", param_hint="--hack")
+    try:
+        load_policy(policy or DEFAULT_POLICY)
+    except PolicyError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policy") from None
     if candidate_profile not in CANDIDATE_KINDS:
         raise typer.BadParameter(f"use one of {', '.join(CANDIDATE_KINDS)}", param_hint="--candidate-profile")
     base = load_settings()
@@ -60,7 +80,7 @@ def command(
     )
     console = Console(stderr=True)
     runner = DemoRunner(settings, run_dir, console)
-    code = runner.run(sessions=sessions, turns_per_session=turns_per_session, seed=seed, hack=hack, noise=noise,
+    code = runner.run(sessions=sessions or (QUICK_SESSIONS if quick else STORY_SESSIONS), turns_per_session=turns_per_session, seed=seed, hack=hack, noise=noise,
                       json_only=json_only, out_dir=out_dir or run_dir / "report", timeout_s=timeout_s,
-                      candidate_kind=candidate_profile)
+                      candidate_kind=candidate_profile, policy=policy)
     raise typer.Exit(code)

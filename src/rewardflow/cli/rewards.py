@@ -214,7 +214,7 @@ def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange
     return in_range(out, rng)
 
 
-def _old_rows(store: Store, version: str, rng: ReplayRange) -> list[dict[str, Any]]:
+def stored_rows(store: Store, version: str, rng: ReplayRange) -> list[dict[str, Any]]:
     conds, params = _range_conds(rng, "served_ts", "checkpoint_id")
     where = " AND ".join(["spec_version = {v:String}", "provisional = 0", *conds])
     return store.rows("SELECT sample_id, spec_version, checkpoint_id, provisional, reward, components FROM rewards "
@@ -257,7 +257,7 @@ def replay(
                 raise fail(str(exc)) from None
         tally: Counter[str] = Counter()
         records = run_replay(store, spec_file.spec, JoinConfig.from_settings(settings), rng, tally)
-        old = _old_rows(store, against, rng) if against else []
+        old = stored_rows(store, against, rng) if against else []
         written = 0
         if store.client is not None:
             for i in range(0, len(records), INSERT_ROWS):

@@ -31,6 +31,9 @@ from rewardflow.demo.reconcile import Counts, expected_counts, reconcile, reconc
 from rewardflow.demo.worker_proc import WorkerProcess
 from rewardflow.settings import Settings
 
+BASELINE, CANDIDATE, GAMING = "ckpt-base", "ckpt-cand", "ckpt-cand-b"
+CHECKPOINTS = [BASELINE, CANDIDATE, GAMING]
+
 COUNT_SQL = """
 SELECT
   (SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0 AND spec_version = {spec:String}) AS finalised,
@@ -59,10 +62,12 @@ class DemoRunner:
         window_s = max(settings.window_sizes_s)
         self.monitors = MonitorConfig(window_size_s=window_s)
         self.start_ms = 0  # set by run(): the simulation's whole span lies before the broker's clock
+        self.planted: dict[str, str] = {}  # candidate -> what the simulation made it do
 
     # ------------------------------------------------------------------ lifecycle
-    def run(self, *, sessions: int, turns_per_session: int, seed: int, hack: str | None, noise: bool,
-            json_only: bool, out_dir: Path, timeout_s: float, candidate_kind: str = "published") -> int:
+    def run(self, *, sessions: int, turns_per_session: int, seed: int, hack: str, noise: bool,
+            json_only: bool, out_dir: Path, timeout_s: float, candidate_kind: str = "published",
+            policy: Path | None = None) -> int:
         from rewardflow.sim.config import default_start_ms
 
         # aligned to the largest window: the first monitored window is a full one
@@ -75,7 +80,7 @@ class DemoRunner:
             counts, done = self._wait(expected, timeout_s)
             alerts = self._monitor(truth)
             self._stop_pipeline()
-            return self._report(truth, expected, counts, done, alerts, json_only, out_dir)
+            return self._report(truth, expected, counts, done, alerts, json_only, out_dir, policy)
         finally:
             self._stop_pipeline()
             if self.started_broker is not None:
@@ -155,20 +160,24 @@ class DemoRunner:
             self._sink_thread = None
 
     # ------------------------------------------------------------------ steps
-    def _simulate(self, sessions: int, turns: int, seed: int, hack: str | None, noise: bool, kind: str) -> Any:
+    def _simulate(self, sessions: int, turns: int, seed: int, hack: str, noise: bool, kind: str) -> Any:
         from rewardflow.clickhouse.connect import get_client
         from rewardflow.collector.keys import IngestKeys
         from rewardflow.sim.edge_send import send_through_edge
         from rewardflow.sim.send import hack_of
-        from rewardflow.sim.config import ab_config
+        from rewardflow.sim.config import story_config
         from rewardflow.sim.generator import Simulator
         from rewardflow.sim.profiles import CANDIDATE_KINDS
 
         s = self.settings
         candidate_kind = next(k for k in CANDIDATE_KINDS if k == kind)
-        cfg = ab_config("ckpt-base", "ckpt-cand", hack=hack_of(hack), candidate_kind=candidate_kind, noise=noise,
-                        sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
-                        grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
+        planted = hack_of(hack)
+        assert planted is not None, hack
+        cfg = story_config(BASELINE, CANDIDATE, GAMING, hack=planted, candidate_kind=candidate_kind, noise=noise,
+                           sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
+                           grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
+        self.planted = {CANDIDATE: "the published gains" if candidate_kind == "published" else "a clearly worse model",
+                        GAMING: f"the published gains, and the {hack} reward hack"}
         sim = Simulator(cfg)
         admin = IngestKeys(get_client(dsn=s.dsn))  # a key per org, as each org's editors would hold
         orgs = [f"org-{i:04d}" for i in range(1, cfg.orgs + 1)] + ["org-sim"]
@@ -216,9 +225,8 @@ class DemoRunner:
         from rewardflow.analysis.goodhart import alert_messages, evaluate_windows
         from rewardflow.analysis.source import fetch_windows
 
-        baseline, candidate = "ckpt-base", "ckpt-cand"
-        windows = fetch_windows(self.settings, [baseline, candidate], self._spec_version())
-        alerts = evaluate_windows(windows.to_pylist(), baseline, self.monitors)
+        windows = fetch_windows(self.settings, CHECKPOINTS, self._spec_version())
+        alerts = evaluate_windows(windows.to_pylist(), BASELINE, self.monitors)
         if alerts:
             producer = Producer(self.settings.kafka_client_config())
             for key, value in alert_messages(alerts):
@@ -228,38 +236,40 @@ class DemoRunner:
         return alerts
 
     def _report(self, truth: Any, expected: Counts, counts: Counts, done: bool, alerts: list[Any],
-                json_only: bool, out_dir: Path) -> int:
-        from rewardflow.analysis.ab import compare
-        from rewardflow.analysis.render import report_table
-        from rewardflow.analysis.report_html import write_report
+                json_only: bool, out_dir: Path, policy_path: Path | None) -> int:
         from rewardflow.analysis.source import fetch_rewards, fetch_windows
+        from rewardflow.demo.present import print_story, write_story
+        from rewardflow.demo.story import judge, load_gate, next_spec, replay_shift
 
         spec = self._spec_version()
-        rows = fetch_rewards(self.settings, ["ckpt-base", "ckpt-cand"], spec)
-        report = compare(rows, "ckpt-base", "ckpt-cand", spec_version=spec)
-        windows = fetch_windows(self.settings, ["ckpt-base", "ckpt-cand"], spec)
-        html, js = write_report(report, windows, out_dir)
+        policy = load_gate(policy_path)
+        judged = judge(fetch_rewards(self.settings, CHECKPOINTS, spec), BASELINE, [CANDIDATE, GAMING], spec, alerts, policy)
+        shift = None
+        nxt = next_spec(self.settings, spec)
+        blocked = [a for a in alerts if judged[a["checkpoint_id"]].verdict.alerts]
+        if blocked and nxt is not None:
+            first = min(blocked, key=lambda a: (a["window_start"], a["checkpoint_id"]))
+            self.console.print(f"replaying {first['checkpoint_id']}'s alerted window under {nxt.spec.version} …")
+            shift = replay_shift(self.settings, nxt, spec, BASELINE, first["checkpoint_id"],
+                                 (int(first["window_start"]), int(first["window_end"])))
+        windows = fetch_windows(self.settings, CHECKPOINTS, spec)
         edge = (truth.malformed, self.edge_stats.refused) if self.edge_stats is not None else None
         checks = reconcile(expected, counts, edge)
         ok = done and all(c.ok for c in checks)
-        summary = {"ok": ok, "report": report.to_dict(), "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
+        html = write_story(out_dir, judged, policy, windows, alerts, shift, self.planted, spec)
+        summary = {"ok": ok, "candidates": {ck: {"report": j.report.to_dict(), "gate": dataclasses.asdict(j.gate),
+                                                 "verdict": j.verdict.to_dict(), "simulated": self.planted[ck]}
+                                            for ck, j in judged.items()},
+                   "replay": dataclasses.asdict(shift) if shift is not None else None,
+                   "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
                    "alerts": alerts, "monitors": dataclasses.asdict(self.monitors), "sim_start_ms": self.start_ms,
                    "edge": dataclasses.asdict(self.edge_stats) if self.edge_stats is not None else None,
-                   "truth": truth.to_dict(), "html": str(html), "json": str(js), "data_dir": str(self.run_dir)}
-        (out_dir / "demo-summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+                   "truth": truth.to_dict(), "html": str(html), "data_dir": str(self.run_dir)}
+        (out_dir / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
         if json_only:
             print(orjson.dumps(summary, option=orjson.OPT_NON_STR_KEYS).decode())
-            return 0 if ok else 1
-        out = Console()
-        out.print(report_table(report))
-        out.print(reconcile_table(checks))
-        if alerts:
-            out.print(f"[bold red]{len(alerts)} Goodhart alert(s):")
-            for a in alerts:
-                out.print(f"  {a['monitor']} on {a['checkpoint_id']}: {a['message']}")
         else:
-            out.print("Goodhart monitors: no alerts")
-        out.print(f"HTML report: {html}\nJSON summary: {js}")
-        if not done:
-            out.print("[red]not every simulated turn was finalised in time")
+            print_story(judged, checks, alerts, shift, self.planted, html, out_dir / "summary.json")
+            if not done:
+                Console().print("[red]not every simulated turn was finalised in time")
         return 0 if ok else 1

@@ -4,6 +4,7 @@ Pure: no I/O (``rewardflow simulate`` does the sending). Entry points:
 
 * :func:`ab_config` → :class:`SimConfig`: two arms, ``control`` (baseline
   checkpoint) and ``treatment`` (candidate), optional reward hack and noise;
+  :func:`story_config`: three, the second candidate gaming the reward;
 * :class:`Simulator` (``.stream()`` yields :class:`SendGroup` in send order,
   then ``.truth`` is the :class:`GroundTruth`), or :func:`simulate` (both in
   memory) and :func:`ground_truth` (the truth alone);
@@ -11,7 +12,7 @@ Pure: no I/O (``rewardflow simulate`` does the sending). Entry points:
   worker would process it (tests, offline demos).
 """
 
-from rewardflow.sim.config import CONTROL, TREATMENT, Arm, SimConfig, ab_config
+from rewardflow.sim.config import CONTROL, TREATMENT, TREATMENT_B, Arm, SimConfig, ab_config, story_config
 from rewardflow.sim.generator import SendGroup, Simulator, ground_truth, simulate
 from rewardflow.sim.noise import NoiseConfig
 from rewardflow.sim.profiles import (
@@ -25,7 +26,8 @@ from rewardflow.sim.replay import run_through_core
 from rewardflow.sim.truth import CheckpointTruth, GroundTruth
 
 __all__ = [
-    "CONTROL", "TREATMENT", "Arm", "CheckpointProfile", "CheckpointTruth", "GroundTruth", "NoiseConfig",
+    "CONTROL", "TREATMENT", "TREATMENT_B", "Arm", "CheckpointProfile", "CheckpointTruth", "GroundTruth", "NoiseConfig",
     "SendGroup", "SimConfig", "Simulator", "ab_config", "baseline_profile", "candidate_profile",
     "ground_truth", "plant_hack", "regressed_profile", "run_through_core", "simulate",
+    "story_config",
 ]

@@ -28,6 +28,8 @@ from rewardflow.sim.profiles import (
 START_MS = 1_790_000_000_000  # 2026-09-21T13:33:20Z; the CLI passes "now"
 CONTROL = "control"
 TREATMENT = "treatment"
+TREATMENT_B = "treatment-b"
+STORY_SHARES = (0.4, 0.4, 0.2)  # baseline, candidate, gaming candidate: see docs/demo.md (sizing)
 
 
 class Arm(BaseModel):
@@ -126,4 +128,24 @@ def ab_config(baseline: str | CheckpointProfile = "ckpt-base", candidate: str | 
         cand = plant_hack(cand, hack)
     noise_cfg = noise if isinstance(noise, NoiseConfig) else NoiseConfig.realistic() if noise else NoiseConfig()
     arms = (Arm(name=CONTROL, profile=base), Arm(name=TREATMENT, profile=cand))
+    return SimConfig.model_validate({**fields, "arms": arms, "noise": noise_cfg})
+
+
+def story_config(baseline: str = "ckpt-base", candidate: str = "ckpt-cand", gaming: str = "ckpt-cand-b", *,
+                 hack: Hack = "over-ask", candidate_kind: CandidateKind = "published",
+                 shares: tuple[float, float, float] = STORY_SHARES, noise: bool | NoiseConfig = False,
+                 **fields: object) -> SimConfig:
+    """Three arms, the published loop: ``control`` serves ``baseline``, ``treatment`` a candidate with
+    the published gains (or ``candidate_kind``), and ``treatment-b`` the same gains with ``hack``
+    planted: a candidate that games the reward.
+
+    ``shares`` split the sessions between them (baseline, candidate, gaming). Other keyword
+    arguments are :class:`SimConfig` fields. Raises ``pydantic.ValidationError``.
+    """
+    base = baseline_profile(baseline)
+    cand = candidate_of_kind(candidate_kind, candidate, base.model_copy(update={"checkpoint_id": candidate}))
+    game = plant_hack(candidate_of_kind("published", gaming, base.model_copy(update={"checkpoint_id": gaming})), hack)
+    noise_cfg = noise if isinstance(noise, NoiseConfig) else NoiseConfig.realistic() if noise else NoiseConfig()
+    arms = (Arm(name=CONTROL, profile=base, share=shares[0]), Arm(name=TREATMENT, profile=cand, share=shares[1]),
+            Arm(name=TREATMENT_B, profile=game, share=shares[2]))
     return SimConfig.model_validate({**fields, "arms": arms, "noise": noise_cfg})

@@ -6,8 +6,9 @@ The planted malformed records are sent as a broken client would: a body that is 
 or an event the contract refuses (202 with the event listed as rejected). Both count as refused at
 the edge; nothing of them reaches Kafka.
 
-Several client threads send at once, each over one keep-alive connection; a session always goes
-through the same thread, so its requests keep their order. Before a planted late event, and every
+Each org sends from a client of its own (a thread with one keep-alive connection), as each org's
+editors and relays would: requests of different orgs are in flight together, and a session, whose
+org is fixed, keeps its order. Before a planted late event, and every
 ``sync_ms`` of simulated time, every thread drains (as the SDK's flush does).
 
 Blocking: returns once every request is answered; shows a progress bar on ``console``.
@@ -21,7 +22,6 @@ import socket
 import threading
 import time
 import urllib.parse
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,11 +134,12 @@ def _body(batch: list[SendGroup]) -> bytes:
     return sent_at + b",".join(orjson.dumps(to_dict(e)) for g in batch for e in g.events) + b"]}"
 
 
-def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: Console, *, clients: int = 4,
+def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: Console, *,
                       sync_ms: int = 20_000) -> EdgeStats:
-    """Send the whole stream through the edge at ``url``; ``keys`` maps each org to its key."""
+    """Send the whole stream through the edge at ``url``; ``keys`` maps each org to its key (and client)."""
     cfg, stats, lock = sim.config, EdgeStats(), threading.Lock()
-    workers = [_Client(url, stats, lock) for _ in range(clients)]
+    clients = {org: _Client(url, stats, lock) for org in keys}
+    workers = list(clients.values())
     for w in workers:
         w.start()
 
@@ -162,8 +163,7 @@ def send_through_edge(sim: Simulator, url: str, keys: dict[str, str], console: C
                     last_sync = g.due_ms
                 stats.last_ts = max(stats.last_ts, g.due_ms, *(e.ts for e in g.events))
                 org = _org_of(g)
-                worker = workers[zlib.crc32(g.session_id.encode()) % clients]
-                worker.inbox.put((keys[org], g))
+                clients[org].inbox.put((keys[org], g))
                 progress.update(task, completed=g.due_ms - cfg.start_ms, sent=sim.events_sent)
             drain()
             progress.update(task, completed=est_end - cfg.start_ms)

@@ -1,0 +1,66 @@
+"""How the demo shows its result: the terminal story and the one-page HTML report.
+
+The terminal prints, in order: each candidate's A/B table, the reconciliation of counts, the
+Goodhart alerts, the replay under the next spec, and last a verdict per candidate, so the final
+lines a newcomer reads are the decisions.
+
+Contract: :func:`write_story` writes ``report.html`` into ``out_dir`` (created if needed; raises
+``OSError`` when it cannot); :func:`print_story` writes to standard output only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rewardflow.analysis.gate import Policy
+from rewardflow.analysis.render import report_table
+from rewardflow.analysis.story_html import render_story
+from rewardflow.analysis.windows import merge_windows
+from rewardflow.demo.reconcile import Check, reconcile_table
+
+HTML_NAME = "report.html"
+
+
+def write_story(out_dir: Path, judged: Mapping[str, Any], policy: Policy, windows: Any, alerts: Sequence[Any],
+                shift: Any, planted: Mapping[str, str], spec: str) -> Path:
+    """The HTML page over every checkpoint's windows (the smallest window size); returns its path."""
+    first = next(iter(judged.values()))
+    checkpoints = [first.report.baseline, *judged]
+    points = merge_windows(windows, checkpoints=checkpoints, spec_version=spec)
+    starts = [p for pts in points.values() for p in pts]
+    size = (starts[0].window_end - starts[0].window_start) // 1000 if starts else None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / HTML_NAME
+    path.write_text(render_story(judged, policy, points, alerts, shift, planted, size), encoding="utf-8")
+    return path
+
+
+def print_story(judged: Mapping[str, Any], checks: list[Check], alerts: Sequence[Any], shift: Any,
+                planted: Mapping[str, str], html: Path, summary: Path) -> None:
+    out = Console()
+    for j in judged.values():
+        out.print(report_table(j.report))
+    out.print(reconcile_table(checks))
+    if alerts:
+        out.print(f"[bold red]{len(alerts)} Goodhart alert(s):")
+        for a in alerts:
+            out.print(f"  {a['monitor']} on {a['checkpoint_id']}: {a['message']}")
+    else:
+        out.print("Goodhart monitors: no alerts")
+    if shift is not None:
+        out.print(f"[bold]replay of {shift.candidate}'s alerted window under {shift.spec_to}[/] (the next spec): its "
+                  f"lead in mean reward over {shift.baseline} goes from {shift.lead('mean_from'):+.4f} "
+                  f"({shift.spec_from}) to {shift.lead('mean_to'):+.4f} ({shift.spec_to})\n"
+                  f"  the same, by hand: {shift.command}")
+    out.print(f"HTML report: {html}\nJSON summary: {summary}")
+    out.print("[bold]verdicts")
+    for ck, j in judged.items():
+        style = "green" if j.verdict.deploy else "red"
+        failed = [r for r in j.gate.results if not r.passed]
+        out.print(f"  [bold {style}]{ck}[/] ({planted.get(ck, '?')}): [{style}]{j.verdict.headline}[/]")
+        for r in failed:
+            out.print(f"      {r.reason}")
