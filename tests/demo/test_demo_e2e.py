@@ -1,16 +1,17 @@
-"""``rewardflow demo`` end to end on the session's real broker: reconciliation, A/B sign, gate, Goodhart.
+"""``rewardflow demo --quick`` end to end on the session's real broker: reconciliation, verdicts, gate,
+Goodhart alerts, the replay under the next spec, the HTML page.
 
 Each demo runs as a subprocess (chDB allows one engine per process and per
 path; a subprocess never clashes with the test process) with its own
 ``REWARDFLOW_HOME``, so its chDB data and reports land in a temp directory.
-Three small demos (100 sessions x 8 turns, ~30 s each) are run once per
-module and shared by the tests:
+Two quick demos (400 sessions x 8 turns, three checkpoints, ~40 s each) are run
+once per module and shared by the tests:
 
-* ``clean``: the default candidate (published gains): counts reconcile, no alert;
-* ``over-ask``: the planted hack: the clarifying-rate (or edit-rate) monitor
-  alerts in the first 1 h window while the reward holds;
-* ``regress``: a clearly worse candidate: the persistence drop is detected
-  with the right sign, and ``rewardflow compare`` with the example gate fails it.
+* ``story``: the default story: the candidate with the published gains passes the gate with no
+  alert; the one gaming the reward (over-asking) is alerted in the first 1 h window while its
+  reward holds, fails the gate naming the rules, and loses its reward lead under ``v2``;
+* ``regress``: the first candidate clearly worse: the persistence drop is detected with the right
+  sign, it is blocked, and ``rewardflow compare --policy default`` fails it too.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import pytest
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-GATE = ROOT / "src" / "rewardflow" / "analysis" / "deploy-gate.toml"
-DEMO_ARGS = ["--json", "--sessions", "100", "--turns-per-session", "8", "--seed", "7", "--timeout-s", "240"]
+DEMO_ARGS = ["--json", "--quick", "--seed", "7", "--timeout-s", "240"]
+BASE, CAND, GAMING = "ckpt-base", "ckpt-cand", "ckpt-cand-b"
 RunDemo = Callable[[str], dict[str, Any]]
 
 
@@ -62,8 +63,8 @@ def _cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def demo(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> RunDemo:
-    """``demo(name)``: the JSON summary of demo ``name`` (clean | over-ask | regress), run once per module."""
-    options = {"clean": [], "over-ask": ["--hack", "over-ask"], "regress": ["--candidate-profile", "regress"]}
+    """``demo(name)``: the JSON summary of demo ``name`` (story | regress), run once per module."""
+    options = {"story": [], "regress": ["--candidate-profile", "regress"]}
     done: dict[str, dict[str, Any]] = {}
 
     def run(name: str) -> dict[str, Any]:
@@ -85,39 +86,74 @@ def _assert_reconciled(summary: dict[str, Any]) -> None:
     bad = [c for c in summary["reconciliation"] if not c["ok"]]
     assert not bad, bad
     turns = sum(summary["truth"]["turns_per_checkpoint"].values()) + summary["truth"]["orphan_turns"]
-    assert turns == 100 * 8
+    assert turns == 400 * 8
+    assert set(summary["truth"]["turns_per_checkpoint"]) == {BASE, CAND, GAMING}
 
 
-def test_clean_demo_reconciles_and_raises_no_alert(demo: RunDemo) -> None:
-    summary = demo("clean")
+def _failed(candidate: dict[str, Any]) -> set[str]:
+    return {r["metric"] for r in candidate["gate"]["results"] if not r["passed"]}
+
+
+def test_story_candidate_with_the_published_gains_is_deployable(demo: RunDemo) -> None:
+    summary = demo("story")
     _assert_reconciled(summary)
-    assert summary["monitors"]["window_size_s"] == 3600
-    assert summary["alerts"] == []
+    cand = summary["candidates"][CAND]
+    assert cand["verdict"]["deploy"] and cand["gate"]["passed"], cand["verdict"]
+    assert cand["verdict"]["alerts"] == [] and not _failed(cand)
+    assert cand["verdict"]["headline"].startswith("DEPLOY")
+    assert not any(a["checkpoint_id"] == CAND for a in summary["alerts"])
 
 
-def test_over_ask_hack_alerts_in_the_first_window_while_reward_holds(demo: RunDemo) -> None:
-    summary = demo("over-ask")
-    _assert_reconciled(summary)
-    alerts = summary["alerts"]
+def test_story_gaming_candidate_is_alerted_in_the_first_window_and_fails_the_gate(demo: RunDemo) -> None:
+    summary = demo("story")
+    game = summary["candidates"][GAMING]
+    assert not game["verdict"]["deploy"] and not game["gate"]["passed"]
+    assert _failed(game) >= {"clarifying_rate"} and _failed(game) <= {"clarifying_rate", "edit_rate"}, game["gate"]
+    assert "clarifying_rate" in game["verdict"]["headline"] and game["verdict"]["headline"].startswith("BLOCK")
+    alerts = [a for a in summary["alerts"] if a["checkpoint_id"] == GAMING]
     assert {a["monitor"] for a in alerts} & {"clarifying_rate", "edit_rate"}, alerts
     assert {a["monitor"] for a in alerts} <= {"clarifying_rate", "edit_rate", "followup_rate"}, alerts
-    first = min(a["window_start"] for a in alerts)
-    assert first == summary["sim_start_ms"]  # the first (full) 1 h window of the run
+    assert min(a["window_start"] for a in alerts) == summary["sim_start_ms"]  # the first (full) 1 h window
     tolerance = summary["monitors"]["reward_tolerance"]
     assert all(a["reward_delta"] >= -tolerance and a["window_end"] - a["window_start"] == 3_600_000 for a in alerts)
-    metrics = summary["report"]["metrics"]
-    assert metrics["clarifying_rate"]["delta"] > 0.08 and metrics["clarifying_rate"]["verdict"] == "worse"
+    assert set(game["verdict"]["alerts"]) == {a["monitor"] for a in alerts}
 
 
-def test_regressed_candidate_is_detected_and_fails_the_gate(demo: RunDemo, kafka_broker: Any) -> None:
+def test_story_replays_the_alerted_window_under_the_next_spec(demo: RunDemo) -> None:
+    summary = demo("story")
+    shift = summary["replay"]
+    assert shift is not None
+    assert (shift["spec_from"], shift["spec_to"], shift["candidate"], shift["baseline"]) == ("v1", "v2", GAMING, BASE)
+    assert shift["window_start"] == summary["sim_start_ms"]
+    rows = {r["checkpoint_id"]: r for r in shift["rows"]}
+    for r in rows.values():  # every stored turn of the window was replayed
+        assert r["turns"] == r["turns_stored"] > 0
+    lead_v1 = rows[GAMING]["mean_from"] - rows[BASE]["mean_from"]
+    lead_v2 = rows[GAMING]["mean_to"] - rows[BASE]["mean_to"]
+    # v2 prices a clarifying question at -0.25: the over-asking candidate loses most of its lead
+    assert lead_v2 < lead_v1 - 0.02, (lead_v1, lead_v2)
+    assert "--spec" in shift["command"] and "v2.toml" in shift["command"]
+
+
+def test_story_page_shows_verdicts_rules_and_alerted_windows(demo: RunDemo) -> None:
+    page = Path(demo("story")["html"]).read_text()
+    assert "Verdicts" in page and "DEPLOY" in page and "BLOCK" in page
+    assert "Deploy gate: the rules" in page and "max_rise_points" in page
+    assert "clarifying_rate on ckpt-cand-b" in page or "edit_rate on ckpt-cand-b" in page  # a shaded alert band
+    assert "Replay under the next spec: v1 → v2" in page
+
+
+def test_regressed_candidate_is_detected_and_blocked(demo: RunDemo, kafka_broker: Any) -> None:
     summary = demo("regress")
     _assert_reconciled(summary)
-    persistence = summary["report"]["metrics"]["persistence_rate"]
+    cand = summary["candidates"][CAND]
+    persistence = cand["report"]["metrics"]["persistence_rate"]
     assert persistence["delta"] < 0 and persistence["ci_high"] < 0 and persistence["verdict"] == "worse"
-    assert summary["alerts"] == []  # the reward fell: not a hack
+    assert not any(a["checkpoint_id"] == CAND for a in summary["alerts"])  # the reward fell: not a hack
+    assert not cand["verdict"]["deploy"] and "persistence_rate" in _failed(cand)
     dsn = f"chdb://{Path(summary['data_dir']) / 'chdb'}"
     env = _env(Path(summary["_home"]), kafka_broker.bootstrap, REWARDFLOW_CLICKHOUSE_DSN=dsn)
-    proc = _cli(["compare", "--baseline", "ckpt-base", "--candidate", "ckpt-cand", "--policy", str(GATE), "--json"],
+    proc = _cli(["compare", "--baseline", BASE, "--candidate", CAND, "--policy", "default", "--json"],
                 env, timeout=120)
     assert proc.returncode == 1, proc.stderr.decode(errors="replace")[-2000:]
     doc = orjson.loads(proc.stdout)

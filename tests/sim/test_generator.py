@@ -127,3 +127,22 @@ def test_regressed_candidate_is_clearly_worse() -> None:
     truth = ground_truth(ab_config(candidate_kind="regress", sessions=80, turns_per_session=5, seed=4))
     rate = {ck: t.to_dict()["persistence_rate"] for ck, t in truth.checkpoints.items()}
     assert rate["ckpt-cand"] < rate["ckpt-base"] - 0.08
+
+
+def test_story_config_three_arms_the_gaming_one_with_the_published_gains_and_the_hack() -> None:
+    from rewardflow.sim import TREATMENT_B, story_config
+    from rewardflow.sim.profiles import candidate_profile
+
+    cfg = story_config(sessions=500, seed=3)
+    arms = {a.name: a for a in cfg.arms}
+    assert [a.profile.checkpoint_id for a in cfg.arms] == ["ckpt-base", "ckpt-cand", "ckpt-cand-b"]
+    assert [a.share for a in cfg.arms] == [0.4, 0.4, 0.2]
+    game, cand = arms[TREATMENT_B].profile, arms["treatment"].profile
+    assert game.dodge == "over-ask" and cand.dodge is None
+    assert cand == candidate_profile("ckpt-cand")
+    assert game.persistence == cand.persistence and game.latency == cand.latency
+    turns = ground_truth(cfg).turns_per_checkpoint
+    assert 0.15 < turns["ckpt-cand-b"] / sum(turns.values()) < 0.25
+    regress = story_config(candidate_kind="regress", hack="broken-tools")
+    assert regress.arms[1].profile.final_persistence < regress.arms[0].profile.final_persistence
+    assert regress.arms[2].profile.dodge == "broken-tools"
