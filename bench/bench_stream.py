@@ -97,8 +97,12 @@ def session_batches(n_events: int, fmt: str, seed: int = 5) -> list[Record]:
 
 
 def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
-    """Pre-produce ``records`` (key, value, headers) with the SDK's partitioner; raise if any stays unsent."""
+    """Pre-produce ``records`` (key, value, headers) with the SDK's partitioner; raise if any stays unsent.
+
+    Idempotent, as the SDK's producer: a retried send never reorders a partition (reordered records
+    would turn events late and cost turns their reward)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random",
+                         "enable.idempotence": True,
                          "compression.type": "lz4", "message.max.bytes": 2_000_000})
     for key, value, headers in records:
         while True:

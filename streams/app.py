@@ -95,7 +95,7 @@ class JoinWorker:
             web_enabled=web,
             web_bind=settings.web_host,
             web_host=settings.web_host,
-            web_port=settings.web_port + 1,
+            web_port=settings.worker_metrics_port or settings.web_port + 1,
             producer_acks=-1,
             # Faust's own producer now sends only idle ticks and Faust's internal records; outputs
             # and state writes go through the OutputSender (librdkafka)

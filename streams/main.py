@@ -64,9 +64,18 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     return code
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    sys.exit(run_worker(load_settings(), web=False))
+def main(argv: list[str] | None = None) -> None:
+    """``[--web] [--log-level LEVEL]``: ``--web`` serves Prometheus metrics on ``worker_metrics_port``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m rewardflow_streams.main", description="Run one stream worker.")
+    parser.add_argument("--web", action="store_true", help="serve /metrics on REWARDFLOW_WORKER_METRICS_PORT "
+                                                            "(default web_port + 1)")
+    parser.add_argument("--log-level", help="log level of the worker and Faust (default: INFO, Faust's WARNING)")
+    args = parser.parse_args(argv)
+    level = (args.log_level or "INFO").upper()
+    logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s pid=%(process)d logger=%(name)s %(message)s")
+    sys.exit(run_worker(load_settings(), web=args.web, loglevel=level if args.log_level else "WARNING"))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,19 @@
-"""``rewardflow run``: the stream worker and the ClickHouse sink in one process.
+"""``rewardflow run``: stream workers as supervised child processes, the ClickHouse sink in this one.
 
-Order of shutdown on SIGINT/SIGTERM: Faust stops its agent, flushes its
-producer and commits; then the sink flushes its buffers to ClickHouse and
-commits; the process exits 0.
+Each worker is a process of its own (``--workers N``, one consumer group), so a worker and the
+sink, with the embedded engine it owns, use a core each. Their output is this command's output.
+A worker that exits while it should run is restarted (:class:`~rewardflow.children.WorkerSupervisor`);
+when workers keep exiting, everything stops with one ``error:`` line and exit code 1.
+
+Order of shutdown on SIGINT/SIGTERM: the workers stop their agents, flush their producers and
+commit; then the edge (if served) lets requests in flight finish; then the sink flushes its
+buffers to ClickHouse and commits; the process exits 0 (or the workers' largest exit code).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 import typer
@@ -41,18 +45,18 @@ def ensure_kafka(settings: Settings, start: bool) -> None:
     typer.echo(f"started local Kafka at {info.bootstrap} (pid {info.pid})")
 
 
-def ensure_ports_free(settings: Settings, sink: bool, worker: bool, collect: bool = False) -> None:
+def ensure_ports_free(settings: Settings, sink: bool, workers: int, collect: bool = False) -> None:
     """Fail with one line when a port this process will serve on is taken (by another deployment)."""
     import socket
 
     from rewardflow.clickhouse.connect import as_dsn
 
     wanted = [("read endpoint", settings.web_port)] if sink and as_dsn(settings.dsn).embedded else []
-    wanted += [("worker metrics", settings.web_port + 1)] if worker else []
-    hosts = {"read endpoint": settings.web_host, "worker metrics": settings.web_host, "collector": settings.collect_host}
+    wanted += [(f"worker {i} metrics", settings.web_port + 1 + i) for i in range(workers)]
+    hosts = {"read endpoint": settings.web_host, "collector": settings.collect_host}
     wanted += [("collector", settings.collect_port)] if collect else []
     for what, port in wanted:
-        host = hosts[what]
+        host = hosts.get(what, settings.web_host)
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -77,10 +81,9 @@ class StatusLine(threading.Thread):
 
         while not self.stopped.wait(self.interval):
             fields: dict[str, Any] = {}
-            join = self.parts.get("join")
-            if join is not None:
-                fields.update(join.metrics.counters)
-                fields["dlq_ratio"] = round(join.metrics.dlq_ratio, 4)
+            workers = self.parts.get("workers")
+            if workers is not None:
+                fields["workers_alive"] = workers.alive
             sink = self.parts.get("sink")
             if sink is not None:
                 snap = sink.metrics.snapshot()
@@ -94,7 +97,10 @@ class StatusLine(threading.Thread):
 def command(
     start_kafka: bool = typer.Option(False, "--start-kafka", help="Start the project's local Kafka broker if none answers."),
     sink: bool = typer.Option(True, "--sink/--no-sink", help="Run the ClickHouse sink in this process."),
-    worker: bool = typer.Option(True, "--worker/--no-worker", help="Run the Faust stream worker in this process."),
+    worker: bool = typer.Option(True, "--worker/--no-worker", help="Run stream workers (child processes of this one)."),
+    workers: int = typer.Option(1, "--workers", min=1, max=64, help="Stream worker processes, one consumer group; "
+                                "worker i serves its metrics on WEB_PORT + 1 + i. More workers on other machines "
+                                "join the same group."),
     status_interval: float = typer.Option(10.0, help="Seconds between status lines (0 = none)."),
     log_level: str = typer.Option("INFO", help="Python log level."),
     monitor_baseline: str | None = typer.Option(None, help="Baseline checkpoint of the Goodhart monitors "
@@ -107,11 +113,11 @@ def command(
 
     Creates the topics it needs and applies migrations first. Stops gracefully
     on SIGINT/SIGTERM: flush, commit, exit 0. Metrics: a status line every
-    --status-interval seconds, Prometheus text at http://WEB_HOST:WEB_PORT+1/metrics.
+    --status-interval seconds, each worker's Prometheus text at http://WEB_HOST:WEB_PORT+1+i/metrics.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
-    ensure_ports_free(settings, sink, worker, collect)
+    ensure_ports_free(settings, sink, workers if worker else 0, collect)
     ensure_kafka(settings, start_kafka)
     from rewardflow.kafka.provision import ensure_topics
 
@@ -158,16 +164,22 @@ def command(
     if status_interval > 0:
         status.start()
     code = 0
+    supervisor: Any = None
     try:
         if worker:
-            from rewardflow_streams.app import JoinWorker
-            from rewardflow_streams.main import run_worker
+            from rewardflow.children import WorkerSupervisor
 
-            parts["join"] = join = JoinWorker(settings, web=True)
-            code = run_worker(settings, join=join, on_stopped=[stop_sink], loglevel=log_level.upper())
+            parts["workers"] = supervisor = WorkerSupervisor(settings, workers, log_level=log_level.upper()).start()
+            failed = _wait_for_signal(supervisor.check)
+            code = supervisor.stop(timeout=60.0)
+            if failed:
+                typer.echo(f"error: {failed}", err=True)
+                code = 1
         else:
             _wait_for_signal()
     finally:
+        if supervisor is not None:
+            supervisor.stop()
         status.stopped.set()
         stop_sink()
     raise typer.Exit(code)
@@ -193,11 +205,15 @@ def _read_endpoint(settings: Settings, dsn: Any) -> Any:
         return None
 
 
-def _wait_for_signal() -> None:
+def _wait_for_signal(check: Any = None) -> str | None:
+    """Block until SIGINT/SIGTERM, or until ``check()`` (called twice a second) returns a message."""
     import signal
 
     got = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: got.set())
     while not got.wait(0.5):
-        time.sleep(0)
+        failed = check() if check is not None else None
+        if failed:
+            return str(failed)
+    return None

@@ -21,9 +21,7 @@ Failures raise :class:`WorkerError` with the tail of the log.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
-import json
 import logging
 import os
 import signal
@@ -31,50 +29,20 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import SecretStr
-
+from rewardflow.children import WORKER_MODULE, parent_death_signal, settings_env
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings
 
-WORKER_MODULE = "rewardflow_streams.main"
 # librdkafka's log of the admin client goes through logging (under pytest: shown with a failed test)
 KAFKA_LOG = logging.getLogger("rewardflow.demo.worker_proc.librdkafka")
 
 
 class WorkerError(RuntimeError):
     """A child process exited, did not start, or did not get ready in time."""
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """``REWARDFLOW_*`` variables that reproduce ``settings`` in a child process (secrets included)."""
-    env: dict[str, str] = {}
-    for name in type(settings).model_fields:
-        value = getattr(settings, name)
-        if value is None:
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        elif isinstance(value, (list, tuple, dict)):
-            value = json.dumps(value)
-        env[f"REWARDFLOW_{name.upper()}"] = str(value)
-    return env
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the child SIGKILLed when this process dies (``PR_SET_PDEATHSIG``; Linux)."""
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl  # resolved here: no dlopen after fork
-    except (OSError, AttributeError):
-        return None
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-    return preexec
 
 
 class ChildProcess:
@@ -103,7 +71,7 @@ class ChildProcess:
             log.flush()
             self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=self.detach,
-                                         preexec_fn=_parent_death_signal() if self.detach else None)
+                                         preexec_fn=parent_death_signal() if self.detach else None)
 
     @property
     def alive(self) -> bool:
