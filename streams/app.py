@@ -90,7 +90,7 @@ class JoinWorker:
             broker_credentials=_credentials(settings),
             store="memory://",
             topic_partitions=settings.partitions,
-            topic_replication_factor=1,
+            topic_replication_factor=settings.topic_replication_factor,
             autodiscover=False,
             web_enabled=web,
             web_bind=settings.web_host,
@@ -105,7 +105,7 @@ class JoinWorker:
             producer_max_request_size=max(settings.max_record_bytes * 2, dead_letter_record_limit(settings) + 65_536),
             consumer_auto_offset_reset="earliest",
             stream_wait_empty=False,
-            table_standby_replicas=0,
+            table_standby_replicas=settings.table_standby_replicas,
             broker_commit_interval=1.0,
             broker_session_timeout=settings.group_session_timeout_s,
             broker_heartbeat_interval=min(3.0, settings.group_session_timeout_s / 3),
@@ -122,7 +122,9 @@ class JoinWorker:
         changelog_max = state_record_limit(settings)
         self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
                                     key_type=str, value_type=bytes,
-                                    extra_topic_configs={"max.message.bytes": str(changelog_max)})
+                                    extra_topic_configs={"max.message.bytes": str(changelog_max), **(
+                                        {"min.insync.replicas": str(settings.topic_min_insync_replicas)}
+                                        if settings.topic_min_insync_replicas else {})})
         self.sender = OutputSender(
             settings.kafka_client_config(), client_id=settings.topic("worker-out"),
             max_message_bytes=max(changelog_max, dead_letter_record_limit(settings)),

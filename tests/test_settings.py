@@ -56,3 +56,10 @@ def test_worker_and_sink_take_the_group_session_timeout() -> None:
     conf = JoinWorker(s, web=False).app.conf
     assert (conf.broker_session_timeout, conf.broker_heartbeat_interval) == (12.0, 3.0)
     assert consumer_config(s, "g")["session.timeout.ms"] == 12_000
+
+
+def test_min_insync_above_the_replication_factor_fails_fast() -> None:
+    with pytest.raises(ValueError, match="topic_min_insync_replicas .2. cannot exceed topic_replication_factor .1."):
+        Settings(topic_min_insync_replicas=2)
+    ok = Settings(topic_replication_factor=3, topic_min_insync_replicas=2, table_standby_replicas=1)
+    assert (ok.topic_replication_factor, ok.topic_min_insync_replicas, ok.table_standby_replicas) == (3, 2, 1)

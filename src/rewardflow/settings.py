@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     kafka_ssl_cafile: Path | None = None
     topic_prefix: str = Field("rewardflow.", description="Prefix of every topic the platform owns.")
     partitions: int = Field(4, ge=1, le=1024, description="Partitions of the topics rewardflow creates.")
+    topic_replication_factor: int = Field(1, ge=1, le=16, description="Replicas of every topic rewardflow and its workers create (raw, outputs, the state changelog). 1 for the local broker; 3 on a production cluster.")
+    topic_min_insync_replicas: int | None = Field(None, ge=1, le=16, description="min.insync.replicas of those topics (unset: the broker's default). With acks=all, a write succeeds only when this many replicas have it; 2 with a replication factor of 3 survives one broker down without losing an acknowledged record.")
+    table_standby_replicas: int = Field(0, ge=0, le=8, description="Standby copies of each partition's join state kept by other workers, so a takeover does not replay the changelog (each standby costs the memory of the state it mirrors).")
     local_kafka_port: int | None = Field(
         None, ge=1024, le=65535,
         description="Client port of the local broker (`rewardflow kafka up`); default: the port of a loopback "
@@ -172,6 +175,9 @@ class Settings(BaseSettings):
                 "could otherwise finalise turns before their last signal arrived. Raise REWARDFLOW_GRACE_MS or "
                 "lower REWARDFLOW_MAX_CLOCK_SKEW_MS"
             )
+        if self.topic_min_insync_replicas is not None and self.topic_min_insync_replicas > self.topic_replication_factor:
+            raise ValueError(f"topic_min_insync_replicas ({self.topic_min_insync_replicas}) cannot exceed "
+                             f"topic_replication_factor ({self.topic_replication_factor}): no write could succeed")
         if self.tick_key is not None and len(self.tick_key.get_secret_value()) < 16:
             raise ValueError("tick_key must be at least 16 characters (use a long random string)")
         if (self.web_tls_certfile is None) != (self.web_tls_keyfile is None):

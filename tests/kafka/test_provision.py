@@ -34,3 +34,18 @@ def test_an_existing_raw_topic_is_made_to_stamp_broker_time(kafka_broker: Any, t
     assert got["message.timestamp.type"] == "LogAppendTime"
     assert int(got["max.message.bytes"]) == 9_000_000 > raw_record_limit(settings)  # never lowered
     assert configs(admin, settings.topic(T.REWARDS))["message.timestamp.type"] == "CreateTime"  # outputs keep theirs
+
+
+def test_replication_settings_reach_every_topic(kafka_broker: Any, tmp_path: Path) -> None:
+    settings = Settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"p{uuid.uuid4().hex[:8]}.", home=tmp_path,
+                        partitions=1, topic_min_insync_replicas=1)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    names = ensure_topics(settings)
+    for name in names:
+        assert configs(admin, name)["min.insync.replicas"] == "1", name
+    md = admin.list_topics(timeout=10)
+    assert all(len(p.replicas) == settings.topic_replication_factor == 1
+               for n in names for p in md.topics[n].partitions.values())
+    more = settings.model_copy(update={"topic_prefix": f"q{uuid.uuid4().hex[:8]}.", "topic_replication_factor": 3})
+    with pytest.raises(RuntimeError, match="cannot create topic .*[Rr]eplication factor"):
+        ensure_topics(more)  # one broker cannot hold three replicas: refused with the broker's reason

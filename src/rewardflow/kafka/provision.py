@@ -61,11 +61,12 @@ def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
     The raw topic is stamped by the broker (``LogAppendTime``): the core bounds every event's time by
     its record's timestamp, which no client can then choose, and a replay reads the same stamps.
     """
-    return {
-        settings.topic(T.RAW): {"max.message.bytes": str(raw_record_limit(settings)),
-                                "message.timestamp.type": "LogAppendTime"},
-        settings.topic(T.DEADLETTERS): {"max.message.bytes": str(dead_letter_record_limit(settings))},
-    }
+    isr = {"min.insync.replicas": str(settings.topic_min_insync_replicas)} if settings.topic_min_insync_replicas else {}
+    configs = {settings.topic(n): dict(isr) for n in ALL_TOPICS}
+    configs[settings.topic(T.RAW)].update({"max.message.bytes": str(raw_record_limit(settings)),
+                                           "message.timestamp.type": "LogAppendTime"})
+    configs[settings.topic(T.DEADLETTERS)]["max.message.bytes"] = str(dead_letter_record_limit(settings))
+    return configs
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
@@ -77,7 +78,8 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     names = [settings.topic(n) for n in ALL_TOPICS]
     configs = topic_configs(settings)
     client = AdminClient(settings.kafka_client_config())
-    new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=1, config=configs.get(n, {}))
+    new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=settings.topic_replication_factor,
+                    config=configs.get(n, {}))
            for n in names]
     existing = []
     for name, fut in client.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
@@ -91,7 +93,9 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     wanted = {n: c for n, c in configs.items() if n in existing}
     changelog = changelog_topic(settings)
     if changelog in client.list_topics(timeout=timeout).topics:
-        wanted[changelog] = {"max.message.bytes": str(state_record_limit(settings))}
+        wanted[changelog] = {"max.message.bytes": str(state_record_limit(settings)),
+                             **({"min.insync.replicas": str(settings.topic_min_insync_replicas)}
+                                if settings.topic_min_insync_replicas else {})}
     _apply_configs(client, wanted, timeout)
     _wait_visible(client, names, timeout)
     return names
