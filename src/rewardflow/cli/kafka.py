@@ -5,8 +5,10 @@ address (default ``127.0.0.1:19092``), its controller on the next port. Options 
 (``REWARDFLOW_LOCAL_KAFKA_PORT``, ``…_CONTROLLER_PORT``, ``REWARDFLOW_PARTITIONS``,
 ``REWARDFLOW_HOME``). The broker's data lives in
 ``<home>/kafka/data-<port>``, so ``--port`` also selects which broker
-``down`` and ``status`` address. User-fixable failures print one line on
-stderr and exit with code 2.
+``down`` and ``status`` address. ``up --brokers N`` starts a local cluster of N brokers instead
+(ports ``port``, ``port + 2``, …, each controller one above; replication 3 and
+``min.insync.replicas`` 2 from three brokers on), which ``down`` and ``status`` then address as a
+whole. User-fixable failures print one line on stderr and exit with code 2.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import typer
 
 from rewardflow.kafka_local import KAFKA_VERSION, BrokerInfo, KafkaLocalError, LocalBroker
 from rewardflow.kafka_local.admin import metadata_ready
+from rewardflow.kafka_local.cluster import LocalCluster
 from rewardflow.settings import load_settings
 
 app = typer.Typer(
@@ -78,12 +81,17 @@ def up(
     ] = None,
     home: HomeOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait until the broker answers.")] = 60.0,
+    brokers: Annotated[int, typer.Option("--brokers", min=1, max=9, help="Start a local cluster of this many "
+                                         "brokers (ports PORT, PORT+2, …; 3 or more: replication 3, min ISR 2).")] = 1,
 ) -> None:
     """Start the broker in the background; wait until it answers metadata requests.
 
     The first run downloads Kafka from Maven Central (needs Maven); later runs
     are offline. If the broker already runs, this succeeds and says so.
     """
+    if brokers > 1:
+        _cluster_up(port, partitions, home, brokers, timeout)
+        return
     broker = _fixable(lambda: _broker(port, controller_port, partitions, home))
     started = time.monotonic()
     info = _fixable(lambda: broker.up(timeout=timeout, progress=typer.echo))
@@ -97,6 +105,26 @@ def up(
         typer.echo(f"note: REWARDFLOW_KAFKA_BOOTSTRAP is {configured}; this broker is {info.bootstrap}")
 
 
+def _cluster(port: int | None, partitions: int | None, home: Path | None, size: int | None) -> LocalCluster | None:
+    settings = load_settings()
+    first, where = port or settings.local_broker_port, home or settings.home
+    if size is None:
+        return LocalCluster.find(where, first)
+    return LocalCluster(where, first, size, partitions or settings.partitions)
+
+
+def _cluster_up(port: int | None, partitions: int | None, home: Path | None, size: int, timeout: float) -> None:
+    cluster = _fixable(lambda: _cluster(port, partitions, home, size))
+    assert cluster is not None
+    started = time.monotonic()
+    info = _fixable(lambda: cluster.up(timeout=max(timeout, 120.0), progress=typer.echo))
+    fresh = sum(1 for n in info.nodes if n.started)
+    typer.echo(f"Kafka {KAFKA_VERSION} cluster of {size} is up ({fresh} started, {time.monotonic() - started:.1f} s)")
+    for n in info.nodes:
+        _describe(n)
+    typer.echo(f"  use        REWARDFLOW_KAFKA_BOOTSTRAP={info.bootstrap}")
+
+
 @app.command()
 def down(
     port: PortOpt = None,
@@ -105,7 +133,12 @@ def down(
         float, typer.Option("--timeout", help="Seconds between SIGTERM and SIGKILL.")
     ] = 30.0,
 ) -> None:
-    """Stop the broker started by `up`, by its recorded PID (SIGTERM, then SIGKILL)."""
+    """Stop the broker (or every broker of the cluster) started by `up`, by recorded PID (SIGTERM, then SIGKILL)."""
+    cluster = _fixable(lambda: _cluster(port, None, home, None))
+    if cluster is not None:
+        pids = _fixable(lambda: cluster.down(timeout=timeout))
+        typer.echo(f"Kafka cluster stopped ({len(pids)} of {cluster.size} brokers were running)")
+        return
     broker = _fixable(lambda: _broker(port, None, None, home))
     pid = _fixable(lambda: broker.down(timeout=timeout))
     if pid is None:
@@ -117,6 +150,13 @@ def down(
 @app.command()
 def status(port: PortOpt = None, home: HomeOpt = None) -> None:
     """Report whether the broker runs: pid, bootstrap, log. Exit code 0 if running, 1 if not."""
+    cluster = _fixable(lambda: _cluster(port, None, home, None))
+    if cluster is not None:
+        state = cluster.status()
+        typer.echo(f"Kafka cluster: {state.running} of {cluster.size} brokers running ({state.bootstrap})")
+        for n in state.nodes:
+            _describe(n)
+        raise typer.Exit(0 if state.running == cluster.size else 1)
     broker = _fixable(lambda: _broker(port, None, None, home))
     info = broker.status()
     if not info.running:

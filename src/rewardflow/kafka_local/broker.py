@@ -70,17 +70,24 @@ class LocalBroker:
         data_dir: Path | None = None,
         *,
         die_with_parent: bool = False,
+        node_id: int = 1,
+        voters: tuple[tuple[int, int], ...] = (),
+        cluster_id: str | None = None,
     ) -> None:
         """``die_with_parent``: the broker gets SIGTERM when the process that started it dies,
         even by SIGKILL (Linux ``PR_SET_PDEATHSIG`` via util-linux ``setpriv``; ignored where
         ``setpriv`` is missing). For brokers owned by a test session or a benchmark, so a killed
         run leaves no 1 GB JVM behind. The signal follows the *thread* that started it: call
-        :meth:`up` from a thread that lives as long as the broker should (the main thread)."""
+        :meth:`up` from a thread that lives as long as the broker should (the main thread).
+
+        ``node_id``, ``voters`` and ``cluster_id``: this broker as one node of a local cluster
+        (see :class:`~rewardflow.kafka_local.cluster.LocalCluster`)."""
         if port == controller_port:
             raise ValueError("port and controller_port must differ")
         self.home = home.expanduser()
         self.data_dir = (data_dir or self.home / "kafka" / f"data-{port}").expanduser().absolute()
-        self.config = BrokerConfig(port, controller_port, partitions, self.data_dir / "kraft")
+        self.config = BrokerConfig(port, controller_port, partitions, self.data_dir / "kraft", node_id, voters)
+        self.cluster_id = cluster_id
         self._process: subprocess.Popen[bytes] | None = None
         self.die_with_parent = die_with_parent
 
@@ -123,18 +130,30 @@ class LocalBroker:
                 return current
             java = find_java()
             libs = ensure_kafka_jars(self.home, progress)
-            for port in (self.config.port, self.config.controller_port):
-                if not port_is_free(port):
-                    raise PortBusyError(
-                        f"port {port} on 127.0.0.1 is already in use; "
-                        "stop what listens there or pick another with --port/--controller-port"
-                    )
-            self._write_config()
-            if not (self.config.log_dirs / "meta.properties").exists():
-                self._format_storage(java, libs)
-            pid = self._spawn(java, libs)
-            self._wait_until_ready(pid, timeout)
+            pid = self.launch(java, libs)
+            self.wait_ready(pid, timeout)
             return BrokerInfo(self.bootstrap, True, pid, self.log_file, self.data_dir, started=True)
+
+    def launch(self, java: Path, libs: Path) -> int:
+        """Check the ports, write the config, format the storage once and start the JVM; its PID.
+
+        Does not wait: a cluster starts every node before any can answer (see :meth:`wait_ready`).
+        """
+        for port in (self.config.port, self.config.controller_port):
+            if not port_is_free(port):
+                raise PortBusyError(
+                    f"port {port} on 127.0.0.1 is already in use; "
+                    "stop what listens there or pick another with --port/--controller-port"
+                )
+        self._write_config()
+        if not (self.config.log_dirs / "meta.properties").exists():
+            self._format_storage(java, libs)
+        return self._spawn(java, libs)
+
+    def wait_ready(self, pid: int, timeout: float) -> None:
+        """Block until this broker answers metadata requests; :class:`BrokerStartError` (the JVM
+        stopped) when it exits first or stays silent for ``timeout`` seconds."""
+        self._wait_until_ready(pid, timeout)
 
     def down(self, timeout: float = 30.0) -> int | None:
         """Stop the broker by its PID: SIGTERM, then SIGKILL after ``timeout`` seconds.
@@ -167,9 +186,10 @@ class LocalBroker:
         return [str(java), *jvm_options, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*", *args]
 
     def _format_storage(self, java: Path, libs: Path) -> None:
+        quorum = () if self.config.voters else ("--standalone",)  # a static quorum is in the config
         cmd = self._java_command(
-            java, libs, TOOL_JVM_OPTIONS, "kafka.tools.StorageTool", "format", "--standalone",
-            "-t", new_cluster_id(), "-c", str(self.properties_file),
+            java, libs, TOOL_JVM_OPTIONS, "kafka.tools.StorageTool", "format", *quorum,
+            "-t", self.cluster_id or new_cluster_id(), "-c", str(self.properties_file),
         )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:

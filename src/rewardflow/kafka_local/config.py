@@ -3,10 +3,12 @@
 Pure functions of a :class:`BrokerConfig`; nothing here touches the disk or
 the network, so the rendering is unit-tested in milliseconds.
 
-The broker is one combined broker+controller (KRaft, ``node.id=1``) bound to
-127.0.0.1 only. Besides the minimal single-node settings it uses values that
-keep a 2-core development box fast: no initial rebalance delay, few offsets
-and share-state partitions, small segments and short retention.
+A broker is one combined broker+controller (KRaft) bound to 127.0.0.1 only: alone (``node.id=1``,
+its own quorum), or one node of a local cluster whose ``voters`` (node id, controller port) form
+a static controller quorum. A cluster of three or more replicates every topic three times with
+``min.insync.replicas=2``, internal topics included, so it keeps taking acknowledged writes with one
+node down. Besides these it uses values that keep a 2-core development box fast: no initial
+rebalance delay, few offsets and share-state partitions, small segments and short retention.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ class BrokerConfig:
     partitions: int
     log_dirs: Path
     """Kafka's data (``log.dirs``), formatted by the storage tool."""
+    node_id: int = 1
+    voters: tuple[tuple[int, int], ...] = ()
+    """A cluster's controller quorum: (node id, controller port) of every node; empty when alone."""
+
+    @property
+    def replication(self) -> tuple[int, int]:
+        """(replication factor, min.insync.replicas) for topics: (3, 2) in a cluster of three or more."""
+        return (3, 2) if len(self.voters) >= 3 else (1, 1)
 
     @property
     def bootstrap(self) -> str:
@@ -49,11 +59,14 @@ def new_cluster_id() -> str:
 
 def server_properties(cfg: BrokerConfig) -> dict[str, str]:
     """The broker's settings as an ordered mapping (rendered by :func:`render_properties`)."""
+    rf, isr = (str(n) for n in cfg.replication)
+    quorum = ({"controller.quorum.voters": ",".join(f"{n}@{HOST}:{p}" for n, p in cfg.voters)} if cfg.voters
+              else {"controller.quorum.bootstrap.servers": f"{HOST}:{cfg.controller_port}"})
     return {
-        # single-node KRaft: this process is the broker and the only controller
+        # KRaft: this process is a broker and a controller (the only one, or one of the voters)
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"{HOST}:{cfg.controller_port}",
+        "node.id": str(cfg.node_id),
+        **quorum,
         "listeners": f"PLAINTEXT://{HOST}:{cfg.port},CONTROLLER://{HOST}:{cfg.controller_port}",
         "advertised.listeners": f"PLAINTEXT://{HOST}:{cfg.port}",
         "controller.listener.names": "CONTROLLER",
@@ -62,18 +75,18 @@ def server_properties(cfg: BrokerConfig) -> dict[str, str]:
         "log.dirs": str(cfg.log_dirs),
         # topics
         "num.partitions": str(cfg.partitions),
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
+        "default.replication.factor": rf,
+        "min.insync.replicas": isr,
         "auto.create.topics.enable": "true",
         "delete.topic.enable": "true",
-        # internal topics: one replica, few partitions (faster start on 2 cores)
-        "offsets.topic.replication.factor": "1",
+        # internal topics: few partitions (faster start on 2 cores)
+        "offsets.topic.replication.factor": rf,
         "offsets.topic.num.partitions": "4",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
         "transaction.state.log.num.partitions": "4",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
         "share.coordinator.state.topic.num.partitions": "4",
         # fast, stable tests
         "group.initial.rebalance.delay.ms": "0",

@@ -1,0 +1,97 @@
+"""A broker of a three-broker cluster SIGKILLed mid-stream: nothing acknowledged is lost.
+
+The cluster is the project's own (``rewardflow kafka up --brokers 3``: KRaft, every node a
+controller, replication 3, ``min.insync.replicas`` 2). rewardflow's topics are created with the
+same (``REWARDFLOW_TOPIC_REPLICATION_FACTOR=3``, ``…_MIN_INSYNC_REPLICAS=2``). While the workload
+flows, the broker that leads the most raw partitions is killed; its partitions' leadership moves
+to the followers, which hold every acknowledged record, and producers, the worker and the sink
+fail over. Afterwards ClickHouse must hold exactly what the pure core computes
+(:mod:`tests.fault.verify`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from rewardflow.kafka import topics as T
+from rewardflow.kafka_local.cluster import LocalCluster
+from rewardflow.kafka_local.ports import free_ports, port_is_free
+from rewardflow.settings import load_settings
+from tests.fault.pipeline import SinkThread, wait_drained
+from tests.fault.sender import Sender
+from tests.fault.verify import check, collect, stop_merges
+from tests.fault.workload import build_workload
+from tests.streams.kafka_io import LIBRDKAFKA_LOG
+
+pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.timeout(480)]
+SEED = 3_303_003
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    base = next(p for p in iter(lambda: free_ports(1)[0], None) if all(port_is_free(p + i) for i in range(1, 6)))
+    c = LocalCluster(load_settings().home, base, 3, partitions=4, die_with_parent=True,
+                     data_root=tmp_path_factory.mktemp("cluster"))
+    c.up(timeout=180)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}, logger=LIBRDKAFKA_LOG).list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in md.topics[topic].partitions.items()}
+
+
+def test_one_broker_of_three_killed_mid_stream_loses_and_duplicates_nothing(
+        cluster: LocalCluster, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
+    d = deployment(cluster.bootstrap, topic_replication_factor=3, topic_min_insync_replicas=2)
+    settings = d.settings
+    raw = settings.topic(T.RAW)
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}, logger=LIBRDKAFKA_LOG).list_topics(raw, timeout=10)
+    assert all(len(p.replicas) == 3 for p in md.topics[raw].partitions.values())
+    workload = build_workload(settings, SEED)
+    stop_merges(ch_db.client)
+    sink = SinkThread(d.sink_settings(ch_db.dsn.secret))
+    stack.callback(sink.stop)
+    sender = Sender(settings, wire_format="avro")
+    stack.callback(sender.close)
+
+    chunks = workload.chunks(6)
+    for chunk in chunks[:3]:
+        sender.send(chunk)
+    victim_id = Counter(leaders(cluster.bootstrap, raw).values()).most_common(1)[0][0]
+    victim = cluster.brokers[victim_id - 1]
+    pid = victim.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # no clean shutdown: leadership moves only after the controllers notice
+    killed_at = time.monotonic()
+    for chunk in chunks[3:]:
+        sender.send(chunk)
+    sender.finish()
+    moved = leaders(cluster.bootstrap, raw)
+    assert victim_id not in moved.values(), moved
+
+    def healthy() -> None:
+        sink.check()
+        assert d.worker.alive, f"the worker exited:\n{d.worker.log_tail(3000)}"
+
+    drained_s = wait_drained(settings, 300, healthy)
+    sink.stop()
+    results = collect(ch_db.client)
+    summary = check(results, workload, sender, late_ok=False)
+    record_property("fault_summary", {**workload.summary, **summary, "killed_broker": victim_id,
+                                      "drained_after_kill_s": round(time.monotonic() - killed_at, 1),
+                                      "drained_s": round(drained_s, 1)})
+    print("killed broker", victim_id, "result", summary)
