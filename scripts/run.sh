@@ -38,7 +38,7 @@ case "$cmd" in
     "$venv/bin/rewardflow" codegen --check
     echo "==> mypy --strict (src/rewardflow, streams)"
     "$venv/bin/python" -m mypy
-    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
     ;;
   bench)
     exec "$venv/bin/rewardflow" bench "$@"

@@ -1,4 +1,5 @@
-"""A broker of a three-broker cluster SIGKILLed mid-stream: nothing acknowledged is lost.
+"""A broker of a three-broker cluster SIGKILLed mid-stream: nothing acknowledged is lost; then the
+same cluster through ``rewardflow kafka status / up / down``.
 
 The cluster is the project's own (``rewardflow kafka up --brokers 3``: KRaft, every node a
 controller, replication 3, ``min.insync.replicas`` 2). rewardflow's topics are created with the
@@ -14,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -26,7 +29,6 @@ from confluent_kafka.admin import AdminClient
 from rewardflow.kafka import topics as T
 from rewardflow.kafka_local.cluster import LocalCluster
 from rewardflow.kafka_local.ports import free_ports, port_is_free
-from rewardflow.settings import load_settings
 from tests.fault.pipeline import SinkThread, wait_drained
 from tests.fault.sender import Sender
 from tests.fault.verify import check, collect, stop_merges
@@ -39,9 +41,9 @@ SEED = 3_303_003
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Started as ``rewardflow kafka up --brokers 3`` would (its own home), and ended with the tests."""
     base = next(p for p in iter(lambda: free_ports(1)[0], None) if all(port_is_free(p + i) for i in range(1, 6)))
-    c = LocalCluster(load_settings().home, base, 3, partitions=4, die_with_parent=True,
-                     data_root=tmp_path_factory.mktemp("cluster"))
+    c = LocalCluster(tmp_path_factory.mktemp("cluster-home"), base, 3, partitions=4, die_with_parent=True)
     c.up(timeout=180)
     try:
         yield c
@@ -95,3 +97,26 @@ def test_one_broker_of_three_killed_mid_stream_loses_and_duplicates_nothing(
                                       "drained_after_kill_s": round(time.monotonic() - killed_at, 1),
                                       "drained_s": round(drained_s, 1)})
     print("killed broker", victim_id, "result", summary)
+
+
+def test_the_cli_finds_the_cluster_restarts_the_lost_broker_and_stops_it(cluster: LocalCluster) -> None:
+    """Runs after the broker loss above: one node is down until ``up`` starts it again."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
+    env["REWARDFLOW_HOME"] = str(cluster.home)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", "from rewardflow.cli.main import main; main()", "kafka", *args,
+                               "--port", str(cluster.port)], env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+
+    status = cli("status")
+    assert status.returncode == 1 and "2 of 3 brokers running" in status.stdout, status.stdout + status.stderr
+    up = cli("up", "--brokers", "3")
+    assert up.returncode == 0 and "cluster of 3 is up (1 started" in up.stdout, up.stdout + up.stderr
+    assert f"REWARDFLOW_KAFKA_BOOTSTRAP={cluster.bootstrap}" in up.stdout
+    assert sorted(AdminClient({"bootstrap.servers": cluster.bootstrap}, logger=LIBRDKAFKA_LOG)
+                  .list_topics(timeout=10).brokers) == [1, 2, 3]
+    assert cli("status").returncode == 0
+    down = cli("down")
+    assert down.returncode == 0 and "3 of 3 brokers were running" in down.stdout, down.stdout + down.stderr
+    assert "0 of 3 brokers running" in cli("status").stdout

@@ -220,3 +220,4 @@ def test_faust_agent_with_table_on_kafka4(
         produce(bootstrap, source, ["a", "c"])
         both = consume(bootstrap, sink, unique_group + "-out2", want=len(keys) + 2, timeout=90)
     assert dict(both) == {"a": "a=4", "b": "b=2", "c": "c=2"}
+

@@ -63,3 +63,18 @@ def test_log4j2_properties_write_to_the_log_file() -> None:
     assert props["appender.file.fileName"] == "/x/logs/server.log"
     assert props["rootLogger.level"] == "WARN"
     assert props["rootLogger.appenderRef.file.ref"] == props["appender.file.name"]
+
+
+def test_a_cluster_node_joins_a_static_quorum_and_replicates_three_times() -> None:
+    voters = ((1, 29093), (2, 29095), (3, 29097))
+    node = BrokerConfig(port=29094, controller_port=29095, partitions=3, log_dirs=Path("/d2"), node_id=2, voters=voters)
+    props = parse(render_properties(server_properties(node)))
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:29093,2@127.0.0.1:29095,3@127.0.0.1:29097"
+    assert "controller.quorum.bootstrap.servers" not in props
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:29094,CONTROLLER://127.0.0.1:29095"
+    for key in ("default.replication.factor", "offsets.topic.replication.factor", "transaction.state.log.replication.factor"):
+        assert props[key] == "3", key
+    assert props["min.insync.replicas"] == props["transaction.state.log.min.isr"] == "2"
+    pair = BrokerConfig(port=1, controller_port=2, partitions=1, log_dirs=Path("/x"), voters=((1, 2), (2, 4)))
+    assert pair.replication == (1, 1)  # two nodes: a majority needs both, so no replication is promised
