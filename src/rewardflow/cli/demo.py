@@ -43,7 +43,7 @@ QUICK_SESSIONS = 400
 
 def command(
     sessions: Annotated[int | None, typer.Option(
-        min=3, help=f"Sessions to simulate [default: {STORY_SESSIONS:,}, or {QUICK_SESSIONS} with --quick].")] = None,
+        min=3, help=f"Sessions to simulate (default: {STORY_SESSIONS:,}; {QUICK_SESSIONS} with --quick).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A smaller run: the same gate and monitor verdicts, "
                                                         "gains not resolved.")] = False,
     turns_per_session: Annotated[int, typer.Option(min=1, help="Agent turns per session.")] = 8,
@@ -51,7 +51,7 @@ def command(
     hack: Annotated[str, typer.Option(help="The reward hack the second candidate plays: over-ask | broken-tools.")] = "over-ask",
     candidate_profile: Annotated[str, typer.Option(
         help="The first candidate: published (the published A/B gains) | regress (clearly worse persistence).")] = "published",
-    policy: Annotated[Path | None, typer.Option(help="Deploy gate policy TOML [default: the shipped example gate].")] = None,
+    policy: Annotated[Path | None, typer.Option(help="Deploy gate policy TOML (default: the shipped example gate).")] = None,
     noise: Annotated[bool, typer.Option("--noise/--no-noise", help="Plant duplicates, late, orphan and malformed events.")] = True,
     json_only: Annotated[bool, typer.Option("--json", help="Print the JSON summary only.")] = False,
     out_dir: Annotated[Path | None, typer.Option(help="Where to write report.html and summary.json.")] = None,
