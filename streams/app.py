@@ -36,8 +36,10 @@ state is rebuilt and its idle clock starts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -50,7 +52,7 @@ from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.ticks import TICK, TICK_HEADERS, signed_tick
-from rewardflow.kafka.provision import dead_letter_record_limit, state_record_limit
+from rewardflow.kafka.provision import changelog_topic, dead_letter_record_limit, state_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
@@ -58,6 +60,7 @@ from rewardflow_streams.commits import CommitLedger
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
+from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, snapshot
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
 
@@ -141,6 +144,10 @@ class JoinWorker:
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
+        self.recovery = RecoveryWatch(settings.recovery_stall_timeout_s)
+        self.exit_code = 0  # set when the worker stops itself (a stalled recovery)
+        self._restoring_logged = 0.0
+        self._watching: asyncio.Task[None] | None = None
         self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
         if web:
             self.app.page("/metrics")(cast(Any, self._metrics_view))
@@ -148,7 +155,9 @@ class JoinWorker:
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
         s, timed = self.settings, self.metrics.time
-        self.faults.install(self.app.consumer, self.raw_topic.get_topic_name())
+        self.faults.install(self.app.consumer, self.raw_topic.get_topic_name(), changelog_topic(self.settings))
+        if self._watching is None:  # Faust starts its timers only after a recovery: this one must run during it
+            self._watching = asyncio.ensure_future(self._recovery_loop())
         clock = time.perf_counter()
         async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
             start = time.perf_counter()
@@ -302,6 +311,36 @@ class JoinWorker:
         self._gaps.reset()
         self._assigned_at = _now_ms()
         self._woken.clear()
+
+    # ------------------------------------------------------------------ recovery
+    async def _recovery_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self._watch_recovery()
+            except Exception:  # noqa: BLE001 - the watch must outlive an odd snapshot; the worker goes on
+                log.exception("watching the changelog recovery failed")
+
+    async def _watch_recovery(self) -> None:
+        """Time each changelog recovery, log what is still restoring, and leave the group when one stalls."""
+        now = time.monotonic()
+        seen = self.recovery.observe(snapshot(cast(Any, self.app.tables).recovery, now))
+        self.metrics.restoring = len(seen.restoring)
+        if seen.finished_s is not None:
+            self.metrics.recovered(seen.finished_s)
+            log.info("changelog recovery finished in %.1f s", seen.finished_s)
+        if seen.restoring and now - self._restoring_logged >= 5.0:
+            self._restoring_logged = now
+            log.info("restoring %d partition(s) from the changelog: %s", len(seen.restoring),
+                     ", ".join(f"{tp.partition}: {n} records left" for tp, n in sorted(seen.restoring.items(), key=str)))
+        if seen.stalled and not self.exit_code:
+            self.exit_code = EXIT_RECOVERY_STALLED
+            self.metrics.counters["recovery_stalls"] += 1
+            log.error("changelog recovery stalled: partition(s) %s have records left and received nothing for %.0f s "
+                      "(REWARDFLOW_RECOVERY_STALL_TIMEOUT_S); stopping cleanly and exiting %d so that a fresh member "
+                      "restores them (rewardflow run starts the worker again)",
+                      ", ".join(str(tp.partition) for tp in seen.stalled), self.recovery.stall_s, EXIT_RECOVERY_STALLED)
+            os.kill(os.getpid(), signal.SIGTERM)  # Faust's graceful stop: flush, commit, leave the group
 
     # ------------------------------------------------------------------ idle clock
     async def _idle_ticks(self) -> None:

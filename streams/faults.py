@@ -10,7 +10,11 @@ can prove the worker survives it:
 * ``RF_FAULT_DIE_BEFORE_OUTPUTS=<marker path>``: the first batch holding a far-future tick
   (watermark ≥ 2**52) dies after its state writes are acknowledged, before its outputs are sent;
 * ``RF_FAULT_RAISE_ON_REQUEST=<request id>``: applying an event of that turn raises in the core;
-* ``RF_FAULT_NO_HOLE_READ=1``: the gap guard does not read a hole directly (exercises its seek).
+* ``RF_FAULT_NO_HOLE_READ=1``: the gap guard does not read a hole directly (exercises its seek);
+* ``RF_FAULT_STALL_RECOVERY=<marker path>``: while the marker does not exist, the first process
+  to install the hooks creates it and never resumes fetching its changelog partitions, so its
+  changelog recovery waits for events that never come (Faust's "No event received … since
+  recovery start").
 
 Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
 outside this module reads the variables.
@@ -42,6 +46,7 @@ class Faults:
     die_marker: str = ""
     raise_on_request: str = ""
     no_hole_read: bool = False
+    stall_marker: str = ""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -53,10 +58,15 @@ class Faults:
             die_marker=env.get("RF_FAULT_DIE_BEFORE_OUTPUTS", ""),
             raise_on_request=env.get("RF_FAULT_RAISE_ON_REQUEST", ""),
             no_hole_read=bool(env.get("RF_FAULT_NO_HOLE_READ")),
+            stall_marker=env.get("RF_FAULT_STALL_RECOVERY", ""),
         )
 
-    def install(self, consumer: Any, raw_topic: str) -> None:
-        """Install the hooks that replace code: the failing commit and the raising core."""
+    def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
+        """Install the hooks that replace code: the failing commit, the raising core, the stalled recovery."""
+        if self.stall_marker and changelog_topic and not os.path.exists(self.stall_marker):
+            with open(self.stall_marker, "w") as f:
+                f.write(str(os.getpid()))
+            _never_resume(consumer, changelog_topic)
         if self.fail_commits_from is not None:
             _fail_commits(consumer, raw_topic, *self.fail_commits_from)
         if self.raise_on_request:
@@ -107,6 +117,19 @@ def _fail_commits(consumer: Any, raw: str, partition: int, limit: int) -> None:
         return False
 
     consumer._commit = commit
+
+
+def _never_resume(consumer: Any, changelog: str) -> None:
+    """Recovery resumes the changelog partitions it restores from; here they stay paused."""
+    real = consumer.resume_partitions
+
+    def resume(tps: Any) -> Any:
+        kept = {tp for tp in tps if tp.topic != changelog}
+        if len(kept) != len(set(tps)):
+            log.warning("fault hook: the changelog partitions stay paused (their recovery will stall)")
+        return real(kept)
+
+    consumer.resume_partitions = resume
 
 
 def _raise_on(request_id: str) -> None:

@@ -61,7 +61,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     finally:
         for cb in on_stopped or []:
             cb()
-    return code
+    return join.exit_code or code  # the worker stopped itself (a stalled recovery): say so to its supervisor
 
 
 def main(argv: list[str] | None = None) -> None:

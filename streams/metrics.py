@@ -29,7 +29,12 @@ class WorkerMetrics:
             "records_in": 0, "events_valid": 0, "dead_letters": 0, "late": 0, "duplicates": 0,
             "orphans": 0, "rewards_final": 0, "rewards_provisional": 0, "windows_closed": 0, "ticks": 0,
             "offset_gaps": 0, "offset_gap_records_lost": 0, "state_reads": 0, "state_decodes": 0,
+            "recoveries": 0, "recovery_stalls": 0,
         }
+        self.recovery_seconds = 0.0  # summed over finished changelog recoveries
+        self.recovery_last_s = 0.0
+        self.recovery_max_s = 0.0
+        self.restoring = 0  # partitions with changelog records still to restore
         self.dead_by_reason: dict[str, int] = {}
         self.dlq_limit, self.window_s = dlq_limit, window_s
         self._recent: deque[tuple[float, int, int]] = deque()
@@ -41,6 +46,13 @@ class WorkerMetrics:
         # bytes and queued sends; confirm = until the sends are acknowledged
         self.stage_seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
         self._registry: CollectorRegistry | None = None
+
+    def recovered(self, seconds: float) -> None:
+        """Count one finished changelog recovery that took ``seconds``."""
+        self.counters["recoveries"] += 1
+        self.recovery_seconds += seconds
+        self.recovery_last_s = seconds
+        self.recovery_max_s = max(self.recovery_max_s, seconds)
 
     def time(self, stage: str, seconds: float) -> None:
         """Add ``seconds`` to ``stage`` (one of :data:`STAGES`)."""
@@ -111,3 +123,11 @@ class _Collector(Collector):
         yield GaugeMetricFamily("rewardflow_dead_letter_ratio", "dead-letter share over the sliding window",
                                 value=m.dlq_ratio)
         yield GaugeMetricFamily("rewardflow_dead_letter_alarm", "1 while the ratio exceeds its limit", value=int(m.alarm))
+        yield CounterMetricFamily("rewardflow_recovery_seconds", "seconds spent in finished changelog recoveries",
+                                  value=m.recovery_seconds)
+        yield GaugeMetricFamily("rewardflow_recovery_last_seconds", "how long the last changelog recovery took",
+                                value=m.recovery_last_s)
+        yield GaugeMetricFamily("rewardflow_recovery_max_seconds", "the longest changelog recovery of this process",
+                                value=m.recovery_max_s)
+        yield GaugeMetricFamily("rewardflow_partitions_restoring", "partitions with changelog records left to restore",
+                                value=m.restoring)

@@ -140,3 +140,20 @@ def wait_drained(settings: Settings, timeout: float, alive: Callable[[], Any] | 
         if time.monotonic() - start > timeout:
             raise AssertionError(f"not drained within {timeout:.0f}s: (worker lag, sink lag) = {seen}")
         time.sleep(0.5)
+
+
+def feed(deployment: Any, ch_db: Any, stack: Any, seed: int) -> tuple[Any, SinkThread, Any]:
+    """The usual start of a fault test: the workload of ``seed``, merges stopped (so stored duplicates
+    are counted), a sink thread and an avro :class:`~tests.fault.sender.Sender`, both registered on
+    ``stack`` for teardown. Returns (workload, sink, sender)."""
+    from tests.fault.sender import Sender
+    from tests.fault.verify import stop_merges
+    from tests.fault.workload import build_workload
+
+    workload = build_workload(deployment.settings, seed)
+    stop_merges(ch_db.client)
+    sink = SinkThread(deployment.sink_settings(ch_db.dsn.secret))
+    stack.callback(sink.stop)
+    sender = Sender(deployment.settings, wire_format="avro")
+    stack.callback(sender.close)
+    return workload, sink, sender

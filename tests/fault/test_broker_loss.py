@@ -20,7 +20,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,10 +28,8 @@ from confluent_kafka.admin import AdminClient
 from rewardflow.kafka import topics as T
 from rewardflow.kafka_local.cluster import LocalCluster
 from rewardflow.kafka_local.ports import free_ports, port_is_free
-from tests.fault.pipeline import SinkThread, wait_drained
-from tests.fault.sender import Sender
-from tests.fault.verify import check, collect, stop_merges
-from tests.fault.workload import build_workload
+from tests.fault.pipeline import feed, wait_drained
+from tests.fault.verify import check, collect
 from tests.streams.kafka_io import LIBRDKAFKA_LOG
 
 pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.timeout(480)]
@@ -63,12 +60,7 @@ def test_one_broker_of_three_killed_mid_stream_loses_and_duplicates_nothing(
     raw = settings.topic(T.RAW)
     md = AdminClient({"bootstrap.servers": cluster.bootstrap}, logger=LIBRDKAFKA_LOG).list_topics(raw, timeout=10)
     assert all(len(p.replicas) == 3 for p in md.topics[raw].partitions.values())
-    workload = build_workload(settings, SEED)
-    stop_merges(ch_db.client)
-    sink = SinkThread(d.sink_settings(ch_db.dsn.secret))
-    stack.callback(sink.stop)
-    sender = Sender(settings, wire_format="avro")
-    stack.callback(sender.close)
+    workload, sink, sender = feed(d, ch_db, stack, SEED)
 
     chunks = workload.chunks(6)
     for chunk in chunks[:3]:

@@ -23,10 +23,9 @@ from confluent_kafka.admin import AdminClient
 
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings, tick_key
-from tests.fault.pipeline import SinkThread, release_admin, wait_drained
-from tests.fault.sender import Sender
-from tests.fault.verify import check, collect, stop_merges
-from tests.fault.workload import FAULT_SETTINGS, build_workload
+from tests.fault.pipeline import feed, release_admin, wait_drained
+from tests.fault.verify import check, collect
+from tests.fault.workload import FAULT_SETTINGS
 from tests.streams.kafka_io import LIBRDKAFKA_LOG
 from tests.streams.worker import WorkerProcess
 
@@ -89,12 +88,7 @@ def test_three_workers_then_one_added_and_one_killed_give_the_rewards_of_one(
     add("worker-c")
     took, first = wait_group(settings, 3, 90, workers)
     rebalances = {"3 members": round(took, 1)}
-    workload = build_workload(settings, SEED)
-    stop_merges(ch_db.client)
-    sink = SinkThread(d.sink_settings(ch_db.dsn.secret))
-    stack.callback(sink.stop)
-    sender = Sender(settings, wire_format="avro")
-    stack.callback(sender.close)
+    workload, sink, sender = feed(d, ch_db, stack, SEED)
 
     chunks = workload.chunks(6)
     sender.send(chunks.pop(0))

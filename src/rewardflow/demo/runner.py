@@ -27,7 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rewardflow.kafka import topics as T
 from rewardflow.analysis.goodhart import MonitorConfig
-from rewardflow.demo.reconcile import Counts, expected_counts, reconcile, reconcile_table
+from rewardflow.demo.reconcile import Counts, expected_counts, reconcile
 from rewardflow.demo.worker_proc import WorkerProcess
 from rewardflow.settings import Settings
 

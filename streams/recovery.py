@@ -1,0 +1,82 @@
+"""Watching Faust's changelog recovery: how long each takeover restores, and when one is stuck.
+
+After a rebalance the worker restores each newly assigned partition's join state from the
+changelog before it processes records. Faust can stall there: it waits for changelog events that
+never come, logs ``No event received for active tp … since recovery start`` every few seconds,
+and only a later rebalance moves it on. :class:`RecoveryWatch` sees that from outside, from
+snapshots of Faust's own recovery bookkeeping (what :func:`snapshot` reads): a partition with
+records left to restore that has received nothing for ``stall_s`` seconds (since recovery started,
+or since its last event) is *stalled*. The worker then leaves the group and rejoins it: it exits
+with :data:`EXIT_RECOVERY_STALLED` after a clean stop (offsets committed), and its supervisor
+(``rewardflow run``, or any process manager) starts it again; the group gives its partitions back
+to a fresh member, which restores them anew.
+
+Contract: :meth:`RecoveryWatch.observe` is pure given its inputs and returns what changed: a
+finished recovery's seconds, the partitions still restoring, and the stalled ones. It never
+raises on odd snapshots (missing offsets count as nothing received).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EXIT_RECOVERY_STALLED = 75  # EX_TEMPFAIL: the supervisor starts the worker again
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Faust's recovery state at one moment (monotonic seconds)."""
+
+    now: float
+    in_recovery: bool
+    started_at: float | None
+    remaining: Mapping[Any, int]  # changelog partition -> records left to restore
+    received_at: Mapping[Any, float]  # changelog partition -> when its last event arrived
+    ended_at: float | None = None  # when Faust last ended a recovery
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    finished_s: float | None  # a recovery ended since the last snapshot: how long it took
+    restoring: dict[Any, int]  # partitions with records left
+    stalled: list[Any]  # partitions with records left that received nothing for stall_s
+
+
+@dataclass
+class RecoveryWatch:
+    stall_s: float
+    _started: float | None = field(default=None, init=False)
+    _last_ended: float | None = field(default=None, init=False)
+
+    def observe(self, snap: Snapshot) -> Observation:
+        """A recovery is timed by Faust's own start and end stamps when it has them (so one shorter
+        than the interval between snapshots is counted too), else from the snapshots."""
+        finished = None
+        if snap.in_recovery and self._started is None:
+            self._started = snap.started_at if snap.started_at is not None else snap.now
+        elif not snap.in_recovery:
+            new_end = snap.ended_at is not None and snap.ended_at != self._last_ended
+            if new_end and snap.started_at is not None and snap.ended_at is not None and snap.ended_at >= snap.started_at:
+                finished = snap.ended_at - snap.started_at
+            elif self._started is not None:
+                finished = snap.now - self._started
+            self._started, self._last_ended = None, snap.ended_at
+        if not snap.in_recovery:
+            return Observation(finished, {}, [])
+        restoring = {tp: n for tp, n in snap.remaining.items() if n > 0}
+        since = self._started if self._started is not None else snap.now
+        stalled = [tp for tp in restoring if snap.now - max(since, snap.received_at.get(tp, since)) >= self.stall_s]
+        return Observation(finished, restoring, sorted(stalled, key=str))
+
+
+def snapshot(recovery: Any, now: float) -> Snapshot:
+    """What :class:`RecoveryWatch` needs, read from faust-streaming's ``app.tables.recovery``
+    (its ``in_recovery``, ``active_remaining()``, and the private ``_recovery_started_at``,
+    ``_recovery_ended_at`` and ``_active_events_received_at`` it keeps for its own logs)."""
+    in_recovery = bool(getattr(recovery, "in_recovery", False))
+    remaining = dict(recovery.active_remaining()) if in_recovery else {}
+    return Snapshot(now, in_recovery, getattr(recovery, "_recovery_started_at", None), remaining,
+                    dict(getattr(recovery, "_active_events_received_at", {}) or {}),
+                    getattr(recovery, "_recovery_ended_at", None))
