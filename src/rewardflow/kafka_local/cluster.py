@@ -11,12 +11,16 @@ node from the first port alone.
 
 Contract: :meth:`LocalCluster.up` starts every node before waiting for any (a node answers only
 once a majority of the quorum runs) and blocks until all answer, or raises like
-:meth:`LocalBroker.up`, stopping the nodes it started. :meth:`down` stops every node it knows.
+:meth:`LocalBroker.up`, stopping the nodes it started. :meth:`down` stops every node it knows,
+all at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -98,5 +102,12 @@ class LocalCluster:
         return ClusterInfo([replace(b.status(), started=any(b is s for s, _ in started)) for b in self.brokers])
 
     def down(self, timeout: float = 30.0) -> list[int]:
-        """Stop every node; the PIDs stopped."""
-        return [pid for b in self.brokers if (pid := b.down(timeout)) is not None]
+        """Stop every node; the PIDs stopped. Every node gets SIGTERM first: stopped one by one, the
+        last ones would have lost their quorum and wait out ``timeout`` before being killed."""
+        running = [pid for b in self.brokers if (pid := b.status().pid) is not None]
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for b in self.brokers:
+            b.down(timeout)  # waits for its node (SIGKILL after timeout) and removes its PID file
+        return running
