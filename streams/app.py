@@ -60,7 +60,7 @@ from rewardflow_streams.commits import CommitLedger
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
-from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, snapshot
+from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, snapshot, stalled_processing
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
 
@@ -144,7 +144,10 @@ class JoinWorker:
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
-        self.recovery = RecoveryWatch(settings.recovery_stall_timeout_s)
+        self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
+        self._progress: dict[int, float] = {}  # raw partition -> when a record of it was last processed
+        self._live_since = time.monotonic()  # the last assignment, or the end of its recovery
+        self._checked_at = 0.0
         self.exit_code = 0  # set when the worker stops itself (a stalled recovery)
         self._restoring_logged = 0.0
         self._watching: asyncio.Task[None] | None = None
@@ -162,6 +165,9 @@ class JoinWorker:
         async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
             start = time.perf_counter()
             timed("wait", start - clock)
+            seen_at = time.monotonic()
+            for event in events:
+                self._progress[event.message.partition] = seen_at
             by_partition: dict[int, list[Any]] = {}
             for event in events:
                 if self.faults.skip_raw and self.faults.skipped(event.message):
@@ -309,6 +315,8 @@ class JoinWorker:
         """Any rebalance invalidates derived state: rebuild on each partition's next record."""
         self.processors.clear()
         self._gaps.reset()
+        self._progress.clear()
+        self._live_since = time.monotonic()
         self._assigned_at = _now_ms()
         self._woken.clear()
 
@@ -333,14 +341,53 @@ class JoinWorker:
             self._restoring_logged = now
             log.info("restoring %d partition(s) from the changelog: %s", len(seen.restoring),
                      ", ".join(f"{tp.partition}: {n} records left" for tp, n in sorted(seen.restoring.items(), key=str)))
+        if seen.restoring or seen.finished_s is not None:
+            self._live_since = now  # processing is judged from the end of the recovery
+        elif not self.exit_code and now - self._checked_at >= 5.0:
+            self._checked_at = now
+            await self._check_processing(now)
         if seen.stalled and not self.exit_code:
-            self.exit_code = EXIT_RECOVERY_STALLED
-            self.metrics.counters["recovery_stalls"] += 1
-            log.error("changelog recovery stalled: partition(s) %s have records left and received nothing for %.0f s "
-                      "(REWARDFLOW_RECOVERY_STALL_TIMEOUT_S); stopping cleanly and exiting %d so that a fresh member "
-                      "restores them (rewardflow run starts the worker again)",
-                      ", ".join(str(tp.partition) for tp in seen.stalled), self.recovery.stall_s, EXIT_RECOVERY_STALLED)
-            os.kill(os.getpid(), signal.SIGTERM)  # Faust's graceful stop: flush, commit, leave the group
+            self._leave(f"changelog recovery stalled: partition(s) {', '.join(str(tp.partition) for tp in seen.stalled)} "
+                        "have records left to restore and received nothing")
+
+    async def _check_processing(self, now: float) -> None:
+        """Leave the group when an assigned raw partition has records behind and none processed for the timeout."""
+        raw = self.raw_topic.get_topic_name()
+        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == raw]
+        if not tps or self.app.in_recovery or now - self._live_since < self.settings.worker_stall_timeout_s:
+            return
+        behind = await asyncio.get_running_loop().run_in_executor(None, self._behind, tps)
+        stalled = stalled_processing(now, self._live_since, self._progress, behind, self.settings.worker_stall_timeout_s)
+        if stalled and not self.exit_code:
+            self._leave(f"raw partition(s) {', '.join(map(str, stalled))} have records to process "
+                        f"({', '.join(str(behind[p]) for p in stalled)}) and none was processed")
+
+    def _behind(self, tps: list[Any]) -> dict[int, int]:
+        """Records past the group's committed offset per raw partition (one blocking admin round; {} when
+        the broker cannot say)."""
+        from confluent_kafka import TopicPartition
+        import confluent_kafka.admin as kafka_admin
+
+        latest = cast(Any, kafka_admin).OffsetSpec.latest()
+        committed = self._broker_committed(tps)
+        if self._admin is None:
+            return {}
+        try:
+            ends = self._admin.list_offsets({TopicPartition(tp.topic, tp.partition): latest for tp in tps},
+                                            request_timeout=10)
+            end = {k.partition: f.result(timeout=10).offset for k, f in ends.items()}
+        except Exception:  # noqa: BLE001 - unknown this round: nothing is judged stalled
+            return {}
+        return {tp.partition: end[tp.partition] - (committed[tp] or 0) for tp in tps if tp.partition in end}
+
+    def _leave(self, why: str) -> None:
+        """Stop cleanly (flush, commit, leave the group) and exit 75, so that a fresh member takes over."""
+        self.exit_code = EXIT_RECOVERY_STALLED
+        self.metrics.counters["recovery_stalls"] += 1
+        log.error("%s for %.0f s (REWARDFLOW_WORKER_STALL_TIMEOUT_S); stopping cleanly and exiting %d so that a "
+                  "fresh member of the group takes them over (rewardflow run starts the worker again)",
+                  why, self.settings.worker_stall_timeout_s, EXIT_RECOVERY_STALLED)
+        os.kill(os.getpid(), signal.SIGTERM)  # Faust's graceful stop: flush, commit, leave the group
 
     # ------------------------------------------------------------------ idle clock
     async def _idle_ticks(self) -> None:

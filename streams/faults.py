@@ -14,7 +14,9 @@ can prove the worker survives it:
 * ``RF_FAULT_STALL_RECOVERY=<marker path>``: while the marker does not exist, the first process
   to install the hooks creates it and never resumes fetching its changelog partitions, so its
   changelog recovery waits for events that never come (Faust's "No event received … since
-  recovery start").
+  recovery start");
+* ``RF_FAULT_STALL_RAW=<marker path>``: the same for its raw partitions: recovery completes, and
+  the records on the raw topic are never fetched.
 
 Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
 outside this module reads the variables.
@@ -47,6 +49,7 @@ class Faults:
     raise_on_request: str = ""
     no_hole_read: bool = False
     stall_marker: str = ""
+    stall_raw_marker: str = ""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -59,14 +62,16 @@ class Faults:
             raise_on_request=env.get("RF_FAULT_RAISE_ON_REQUEST", ""),
             no_hole_read=bool(env.get("RF_FAULT_NO_HOLE_READ")),
             stall_marker=env.get("RF_FAULT_STALL_RECOVERY", ""),
+            stall_raw_marker=env.get("RF_FAULT_STALL_RAW", ""),
         )
 
     def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
         """Install the hooks that replace code: the failing commit, the raising core, the stalled recovery."""
-        if self.stall_marker and changelog_topic and not os.path.exists(self.stall_marker):
-            with open(self.stall_marker, "w") as f:
-                f.write(str(os.getpid()))
-            _never_resume(consumer, changelog_topic)
+        for marker, topic in ((self.stall_marker, changelog_topic), (self.stall_raw_marker, raw_topic)):
+            if marker and topic and not os.path.exists(marker):
+                with open(marker, "w") as f:
+                    f.write(str(os.getpid()))
+                _never_resume(consumer, topic)
         if self.fail_commits_from is not None:
             _fail_commits(consumer, raw_topic, *self.fail_commits_from)
         if self.raise_on_request:
@@ -119,14 +124,15 @@ def _fail_commits(consumer: Any, raw: str, partition: int, limit: int) -> None:
     consumer._commit = commit
 
 
-def _never_resume(consumer: Any, changelog: str) -> None:
-    """Recovery resumes the changelog partitions it restores from; here they stay paused."""
+def _never_resume(consumer: Any, topic: str) -> None:
+    """Faust pauses the partitions of a rebalance and resumes them to restore (changelog) or to
+    process (raw); here the partitions of ``topic`` stay paused."""
     real = consumer.resume_partitions
 
     def resume(tps: Any) -> Any:
-        kept = {tp for tp in tps if tp.topic != changelog}
+        kept = {tp for tp in tps if tp.topic != topic}
         if len(kept) != len(set(tps)):
-            log.warning("fault hook: the changelog partitions stay paused (their recovery will stall)")
+            log.warning("fault hook: the partitions of %s stay paused (their progress will stall)", topic)
         return real(kept)
 
     consumer.resume_partitions = resume

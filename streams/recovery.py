@@ -11,9 +11,16 @@ with :data:`EXIT_RECOVERY_STALLED` after a clean stop (offsets committed), and i
 (``rewardflow run``, or any process manager) starts it again; the group gives its partitions back
 to a fresh member, which restores them anew.
 
+The same can happen after a recovery: a partition is assigned and has records on the raw topic,
+yet the worker never processes them (seen once in a group of three workers after a rebalance:
+146 records waited for minutes). :func:`stalled_processing` names such partitions from the
+committed and end offsets and the time of each partition's last processed record; the worker
+acts on them the same way.
+
 Contract: :meth:`RecoveryWatch.observe` is pure given its inputs and returns what changed: a
 finished recovery's seconds, the partitions still restoring, and the stalled ones. It never
-raises on odd snapshots (missing offsets count as nothing received).
+raises on odd snapshots (missing offsets count as nothing received). :func:`stalled_processing`
+is pure.
 """
 
 from __future__ import annotations
@@ -80,3 +87,12 @@ def snapshot(recovery: Any, now: float) -> Snapshot:
     return Snapshot(now, in_recovery, getattr(recovery, "_recovery_started_at", None), remaining,
                     dict(getattr(recovery, "_active_events_received_at", {}) or {}),
                     getattr(recovery, "_recovery_ended_at", None))
+
+
+def stalled_processing(now: float, since: float, progress: Mapping[int, float], behind: Mapping[int, int],
+                       stall_s: float) -> list[int]:
+    """Partitions with records behind (end offset past the committed one) and no record processed
+    for ``stall_s`` seconds: since ``since`` (the assignment, or the end of its recovery) or since
+    their last processed record (``progress``), whichever is later."""
+    return sorted(p for p, n in behind.items()
+                  if n > 0 and now - max(since, progress.get(p, since)) >= stall_s)

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     partitions: int = Field(4, ge=1, le=1024, description="Partitions of the topics rewardflow creates.")
     topic_replication_factor: int = Field(1, ge=1, le=16, description="Replicas of every topic rewardflow and its workers create (raw, outputs, the state changelog). 1 for the local broker; 3 on a production cluster.")
     topic_min_insync_replicas: int | None = Field(None, ge=1, le=16, description="min.insync.replicas of those topics (unset: the broker's default). With acks=all, a write succeeds only when this many replicas have it; 2 with a replication factor of 3 survives one broker down without losing an acknowledged record.")
-    recovery_stall_timeout_s: float = Field(60.0, ge=3.0, le=3600.0, description="A worker whose changelog recovery has records left to restore and receives nothing for this long stops cleanly and exits 75, so a fresh member of the group restores those partitions (rewardflow run starts it again).")
+    worker_stall_timeout_s: float = Field(60.0, ge=3.0, le=3600.0, description="A worker with an assigned partition that has records left (to restore from its changelog, or to process on the raw topic) and makes no progress on it for this long stops cleanly and exits 75, so a fresh member of the group takes the partition over (rewardflow run starts the worker again).")
     table_standby_replicas: int = Field(0, ge=0, le=8, description="Standby copies of each partition's join state kept by other workers, so a takeover does not replay the changelog (each standby costs the memory of the state it mirrors).")
     local_kafka_port: int | None = Field(
         None, ge=1024, le=65535,

@@ -157,3 +157,13 @@ def feed(deployment: Any, ch_db: Any, stack: Any, seed: int) -> tuple[Any, SinkT
     sender = Sender(deployment.settings, wire_format="avro")
     stack.callback(sender.close)
     return workload, sink, sender
+
+
+def restart_stalled(workers: list[Any], restarted: list[str]) -> None:
+    """Start again each worker that left a stall (exit 75), as ``rewardflow run`` does; note its name."""
+    from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED
+
+    for w in workers:
+        if not w.alive and w.proc is not None and w.proc.returncode == EXIT_RECOVERY_STALLED:
+            restarted.append(w.log_path.parent.name)
+            w.start()

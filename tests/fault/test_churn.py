@@ -22,8 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings, tick_key
-from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED
-from tests.fault.pipeline import feed, release_admin, wait_drained
+from tests.fault.pipeline import feed, release_admin, restart_stalled, wait_drained
 from tests.fault.verify import check, collect
 from tests.fault.workload import FAULT_SETTINGS
 from tests.streams.kafka_io import LIBRDKAFKA_LOG
@@ -59,7 +58,7 @@ def caught_up_after(settings: Settings, started: float, bound: float, supervise:
 def test_workers_joining_leaving_and_killed_while_traffic_flows(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, tmp_path: Path,
         logs: list[Any], record_property: Any) -> None:
-    d = deployment(partitions=PARTITIONS, recovery_stall_timeout_s=20.0)
+    d = deployment(partitions=PARTITIONS, worker_stall_timeout_s=20.0)
     settings = d.settings
     key = tick_key(settings).decode()
     live: list[WorkerProcess] = [d.worker]
@@ -72,7 +71,7 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
         workdir.mkdir()
         w = WorkerProcess(settings.kafka_bootstrap, settings.topic_prefix, workdir,
                           **{**FAULT_SETTINGS, "partitions": PARTITIONS, "tick_key": key,
-                             "recovery_stall_timeout_s": 20.0})
+                             "worker_stall_timeout_s": 20.0})
         w.argv += ["--log-level", "INFO"]  # the recovery's progress and timing are logged at INFO
         stack.callback(lambda: (w.stop(), release_admin(w)))
         logs.append((f"{name} log", w.log_tail))
@@ -82,10 +81,7 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
     restarted: list[str] = []
 
     def supervise() -> None:
-        for w in live:
-            if not w.alive and w.proc is not None and w.proc.returncode == EXIT_RECOVERY_STALLED:
-                restarted.append(str(w.log_path.parent.name))
-                w.start()
+        restart_stalled(live, restarted)
 
     took: list[tuple[str, float]] = []
     for i, change in enumerate(CHANGES):

@@ -1,13 +1,14 @@
-"""A changelog recovery that stalls on purpose: the worker notices, leaves the group, and its next
-start restores and processes everything exactly.
+"""A takeover that stalls on purpose: the worker notices, leaves the group, and its next start
+restores and processes everything exactly.
 
-The worker processes the first part of the workload, stops, and starts again with the fault hook
-``RF_FAULT_STALL_RECOVERY``: its changelog partitions are never resumed, so its recovery waits for
-events that never come, as Faust's recoveries sometimes do after a rebalance. With
-``REWARDFLOW_RECOVERY_STALL_TIMEOUT_S=5`` it must stop itself within seconds with exit code 75
-(a supervisor such as ``rewardflow run`` starts it again: tests/test_children.py). Started again
-(the hook fires once), it restores the state and finishes the stream; ClickHouse must then hold
-exactly what the pure core computes.
+The worker processes the first part of the workload, stops, and starts again with a fault hook:
+``RF_FAULT_STALL_RECOVERY`` never resumes its changelog partitions, so its recovery waits for
+events that never come (as Faust's recoveries sometimes do after a rebalance), or
+``RF_FAULT_STALL_RAW`` never resumes its raw partitions, so the records sent meanwhile are never
+processed. With ``REWARDFLOW_WORKER_STALL_TIMEOUT_S=5`` it must stop itself within seconds with
+exit code 75 (a supervisor such as ``rewardflow run`` starts it again: tests/test_children.py).
+Started again (a hook fires once), it restores the state and finishes the stream; ClickHouse must
+then hold exactly what the pure core computes.
 """
 
 from __future__ import annotations
@@ -27,27 +28,29 @@ SEED = 5_050_505
 STALL_S = 5.0
 
 
-def test_a_stalled_recovery_is_left_within_its_timeout_and_nothing_is_lost(
-        deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
-    d = deployment(recovery_stall_timeout_s=STALL_S)
+@pytest.mark.parametrize(("hook", "says"), [("RF_FAULT_STALL_RECOVERY", "changelog recovery stalled"),
+                                            ("RF_FAULT_STALL_RAW", "have records to process")])
+def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
+        hook: str, says: str, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
+    d = deployment(worker_stall_timeout_s=STALL_S)
     workload, sink, sender = feed(d, ch_db, stack, SEED)
     chunks = workload.chunks(2)
     sender.send(chunks[0])
     d.worker.wait_caught_up(60)
     d.worker.stop()  # a clean stop: the join state is in the changelog
     marker = d.workdir / "stall.marker"
-    d.worker.env["RF_FAULT_STALL_RECOVERY"] = str(marker)
+    d.worker.env[hook] = str(marker)
     started = time.monotonic()
     d.worker.start()
+    sender.send(chunks[1])  # records to process while it is stalled
     code = d.worker.wait_exit(STALL_S + 90)
     left_after = time.monotonic() - started
     log = d.worker.log_tail(50_000)
     assert marker.exists(), log[-3000:]
     assert code == EXIT_RECOVERY_STALLED, log[-3000:]
-    assert "changelog recovery stalled" in log and "records left" in log
+    assert says in log and "exiting 75" in log
     d.worker.argv += ["--log-level", "INFO"]  # the recovery's timing is logged at INFO
     d.worker.restart(60)  # the hook fired once: this start restores normally
-    sender.send(chunks[1])
     sender.finish()
 
     def healthy() -> None:
@@ -56,7 +59,7 @@ def test_a_stalled_recovery_is_left_within_its_timeout_and_nothing_is_lost(
 
     drained_s = wait_drained(d.settings, 180, healthy)
     restarted = d.worker.log_tail(200_000).rsplit("worker start #3", 1)[-1]
-    assert "changelog recovery finished in" in restarted and "changelog recovery stalled" not in restarted
+    assert "changelog recovery finished in" in restarted and "exiting 75" not in restarted
     sink.stop()
     summary = check(collect(ch_db.client), workload, sender, late_ok=False)
     record_property("fault_summary", {**summary, "stalled_worker_exited_after_s": round(left_after, 1),

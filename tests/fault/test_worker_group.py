@@ -8,7 +8,8 @@ rebalances twice while records flow: partitions move with their changelog state,
 killed member had processed but not committed are processed again by their new owner. The
 in-process sink runs throughout. After the stream ends, ClickHouse must hold exactly what the pure
 core computes over the same records (:mod:`tests.fault.verify`): every final reward and window,
-nothing lost, nothing doubled, nothing late.
+nothing lost, nothing doubled, nothing late. A worker that leaves a stalled takeover (exit 75) is
+started again, as ``rewardflow run`` would, and counted.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings, tick_key
-from tests.fault.pipeline import feed, release_admin, wait_drained
+from tests.fault.pipeline import feed, release_admin, restart_stalled, wait_drained
 from tests.fault.verify import check, collect
 from tests.fault.workload import FAULT_SETTINGS
 from tests.streams.kafka_io import LIBRDKAFKA_LOG
@@ -32,6 +33,7 @@ from tests.streams.worker import WorkerProcess
 pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.timeout(420)]
 SEED = 4_404_012
 PARTITIONS = 12
+STALL_S = 20.0
 
 
 def assignment(settings: Settings) -> dict[str, set[int]]:
@@ -59,6 +61,7 @@ def wait_group(settings: Settings, members: int, timeout: float, workers: list[W
         ok = kept_of is None or len(set(owned) & kept_of) == kept
         if len(owned) == members and parts == list(range(settings.partitions)) and ok:
             return time.monotonic() - start, set(owned)
+        restart_stalled(workers, [])  # (a stall here shows as a later failure to drain, if it recurs)
         dead = [w for w in workers if not w.alive and w.proc is not None and w.proc.returncode != -9]
         assert not dead, f"a worker exited:\n{dead[0].log_tail(3000)}"
         assert time.monotonic() - start < timeout, f"group not {members} stable members within {timeout:.0f}s: {owned}"
@@ -68,7 +71,7 @@ def wait_group(settings: Settings, members: int, timeout: float, workers: list[W
 def test_three_workers_then_one_added_and_one_killed_give_the_rewards_of_one(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, tmp_path: Path,
         logs: list[Any], record_property: Any) -> None:
-    d = deployment(partitions=PARTITIONS)
+    d = deployment(partitions=PARTITIONS, worker_stall_timeout_s=STALL_S)
     settings = d.settings
     workers = [d.worker]
     key = tick_key(settings).decode()  # the first worker's; workers on other hosts share it through settings
@@ -77,7 +80,8 @@ def test_three_workers_then_one_added_and_one_killed_give_the_rewards_of_one(
         workdir = tmp_path / name
         workdir.mkdir()
         w = WorkerProcess(settings.kafka_bootstrap, settings.topic_prefix, workdir,
-                          **{**FAULT_SETTINGS, "partitions": PARTITIONS, "tick_key": key})
+                          **{**FAULT_SETTINGS, "partitions": PARTITIONS, "tick_key": key, "worker_stall_timeout_s": STALL_S})
+        w.argv += ["--log-level", "INFO"]  # takeovers, recoveries and stalls are logged at INFO and above
         stack.callback(lambda: (w.stop(), release_admin(w)))
         logs.append((f"{name} log ({w.log_path})", w.log_tail))
         w.start()
@@ -103,9 +107,13 @@ def test_three_workers_then_one_added_and_one_killed_give_the_rewards_of_one(
         sender.send(chunk)
     sender.finish()
 
+    restarted: list[str] = []
+    running = workers[2:] + workers[:1]
+
     def healthy() -> None:
         sink.check()
-        for w in workers[2:] + workers[:1]:
+        restart_stalled(running, restarted)
+        for w in running:
             assert w.alive, f"a worker exited:\n{w.log_tail(3000)}"
 
     drained_s = wait_drained(settings, 240, healthy)
@@ -113,5 +121,5 @@ def test_three_workers_then_one_added_and_one_killed_give_the_rewards_of_one(
     results = collect(ch_db.client)
     summary = check(results, workload, sender, late_ok=False)
     record_property("fault_summary", {**workload.summary, **summary, "rebalances_s": rebalances,
-                                      "drained_s": round(drained_s, 1)})
-    print("rebalances", rebalances, "result", summary)
+                                      "restarted_after_a_stall": restarted, "drained_s": round(drained_s, 1)})
+    print("rebalances", rebalances, "restarted after a stall", restarted, "result", summary)

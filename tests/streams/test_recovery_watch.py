@@ -44,3 +44,14 @@ def test_a_recovery_shorter_than_the_snapshot_interval_is_timed_by_faust_stamps(
     quick = Snapshot(60, False, 58.0, {}, {}, 58.25)  # started and ended between two snapshots
     assert w.observe(quick).finished_s == 0.25
     assert w.observe(Snapshot(61, False, 58.0, {}, {}, 58.25)).finished_s is None  # counted once
+
+
+def test_a_partition_with_records_behind_and_nothing_processed_is_stalled() -> None:
+    from rewardflow_streams.recovery import stalled_processing
+
+    progress = {0: 130.0, 1: 105.0}
+    behind = {0: 12, 1: 3, 2: 0, 3: 7}
+    # since the assignment (100): p3 never processed anything, p1 not since 105; p2 has nothing to do
+    assert stalled_processing(140, 100, progress, behind, stall_s=30) == [1, 3]
+    assert stalled_processing(129, 100, progress, behind, stall_s=30) == []
+    assert stalled_processing(140, 120, progress, behind, stall_s=30) == []  # a recent assignment resets the clock
