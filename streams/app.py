@@ -146,6 +146,7 @@ class JoinWorker:
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
         self._progress: dict[int, float] = {}  # raw partition -> when a record of it was last processed
+        self._resumed: set[int] = set()  # raw partitions resumed by the stall watch since the assignment
         self._live_since = time.monotonic()  # the last assignment, or the end of its recovery
         self._checked_at = 0.0
         self.exit_code = 0  # set when the worker stops itself (a stalled recovery)
@@ -316,6 +317,7 @@ class JoinWorker:
         self.processors.clear()
         self._gaps.reset()
         self._progress.clear()
+        self._resumed.clear()
         self._live_since = time.monotonic()
         self._assigned_at = _now_ms()
         self._woken.clear()
@@ -343,7 +345,7 @@ class JoinWorker:
                      ", ".join(f"{tp.partition}: {n} records left" for tp, n in sorted(seen.restoring.items(), key=str)))
         if seen.restoring or seen.finished_s is not None:
             self._live_since = now  # processing is judged from the end of the recovery
-        elif not self.exit_code and now - self._checked_at >= 5.0:
+        elif not self.exit_code and now - self._checked_at >= 2.0:
             self._checked_at = now
             await self._check_processing(now)
         if seen.stalled and not self.exit_code:
@@ -358,9 +360,20 @@ class JoinWorker:
             return
         behind = await asyncio.get_running_loop().run_in_executor(None, self._behind, tps)
         stalled = stalled_processing(now, self._live_since, self._progress, behind, self.settings.worker_stall_timeout_s)
-        if stalled and not self.exit_code:
+        fresh = [p for p in stalled if p not in self._resumed]
+        if fresh:  # first remedy: a rebalance during a recovery can leave a partition out of Faust's active set
+            self._resumed.update(fresh)
+            self.app.consumer.resume_partitions({tp for tp in tps if tp.partition in fresh})
+            for p in fresh:
+                self._progress[p] = now  # judged again from now
+            log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s: "
+                        "resumed their fetching", ", ".join(map(str, fresh)), ", ".join(str(behind[p]) for p in fresh),
+                        self.settings.worker_stall_timeout_s)
+            self.metrics.counters["stalls_resumed"] += 1
+        elif stalled and not self.exit_code:
             self._leave(f"raw partition(s) {', '.join(map(str, stalled))} have records to process "
-                        f"({', '.join(str(behind[p]) for p in stalled)}) and none was processed")
+                        f"({', '.join(str(behind[p]) for p in stalled)}) and none was processed, even after resuming "
+                        "their fetching,")
 
     def _behind(self, tps: list[Any]) -> dict[int, int]:
         """Records past the group's committed offset per raw partition (one blocking admin round; {} when

@@ -29,7 +29,7 @@ class WorkerMetrics:
             "records_in": 0, "events_valid": 0, "dead_letters": 0, "late": 0, "duplicates": 0,
             "orphans": 0, "rewards_final": 0, "rewards_provisional": 0, "windows_closed": 0, "ticks": 0,
             "offset_gaps": 0, "offset_gap_records_lost": 0, "state_reads": 0, "state_decodes": 0,
-            "recoveries": 0, "recovery_stalls": 0,
+            "recoveries": 0, "recovery_stalls": 0, "stalls_resumed": 0,
         }
         self.recovery_seconds = 0.0  # summed over finished changelog recoveries
         self.recovery_last_s = 0.0

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pyte
 SEED = 6_060_606
 PARTITIONS = 12
 BOUND_S = 30.0
+STALL_S = 8.0  # a stalled takeover is resumed, or left and restarted, well within BOUND_S
 CHANGES = ("join", "join", "kill", "join", "leave", "join", "kill", "join", "leave", "kill")  # 1 to 3 members
 
 
@@ -58,10 +59,11 @@ def caught_up_after(settings: Settings, started: float, bound: float, supervise:
 def test_workers_joining_leaving_and_killed_while_traffic_flows(
         deployment: Any, ch_db: Any, stack: contextlib.ExitStack, tmp_path: Path,
         logs: list[Any], record_property: Any) -> None:
-    d = deployment(partitions=PARTITIONS, worker_stall_timeout_s=20.0)
+    d = deployment(partitions=PARTITIONS, worker_stall_timeout_s=STALL_S)
     settings = d.settings
     key = tick_key(settings).decode()
     live: list[WorkerProcess] = [d.worker]
+    everyone = list(live)
     workload, sink, sender = feed(d, ch_db, stack, SEED)
     chunks = workload.chunks(len(CHANGES) + 1)
     sender.send(chunks[0])
@@ -71,12 +73,13 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
         workdir.mkdir()
         w = WorkerProcess(settings.kafka_bootstrap, settings.topic_prefix, workdir,
                           **{**FAULT_SETTINGS, "partitions": PARTITIONS, "tick_key": key,
-                             "worker_stall_timeout_s": 20.0})
+                             "worker_stall_timeout_s": STALL_S})
         w.argv += ["--log-level", "INFO"]  # the recovery's progress and timing are logged at INFO
         stack.callback(lambda: (w.stop(), release_admin(w)))
         logs.append((f"{name} log", w.log_tail))
         w.start()
         live.append(w)
+        everyone.append(w)
 
     restarted: list[str] = []
 
@@ -109,5 +112,6 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
     figures = {"p50_s": statistics.median(seconds), "p99_s": seconds[min(len(seconds) - 1, int(0.99 * len(seconds)))],
                "max_s": seconds[-1], "changes": took}
     figures["restarted_after_a_stall"] = restarted
+    figures["stalls_resumed"] = sum(w.log_tail(10**8).count("resumed their fetching") for w in everyone)
     record_property("fault_summary", {**summary, "caught_up": figures, "drained_s": round(drained_s, 1)})
     print("caught up after each change", figures, "result", summary)

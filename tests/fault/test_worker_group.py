@@ -33,7 +33,7 @@ from tests.streams.worker import WorkerProcess
 pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.timeout(420)]
 SEED = 4_404_012
 PARTITIONS = 12
-STALL_S = 20.0
+STALL_S = 8.0
 
 
 def assignment(settings: Settings) -> dict[str, set[int]]:

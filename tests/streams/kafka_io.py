@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from rewardflow.kafka import topics as T
 from rewardflow.core.ticks import signed_tick
@@ -141,13 +141,25 @@ class RawRecord:
     timestamp: int | None = None  # the broker's (the raw topic stamps LogAppendTime), ms
 
 
+def _end_offset(c: Consumer, tp: TopicPartition, timeout: float = 20.0) -> int:
+    """The partition's end offset; retried while its leader is not known yet (a topic made a moment ago)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(c.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_raw(settings: Settings, timeout: float = 20.0) -> dict[int, list[RawRecord]]:
     """The raw topic from its start to its current end, per partition in offset order (ticks included)."""
     c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "raw-reader",
                   "enable.auto.commit": False}, logger=LIBRDKAFKA_LOG)
     topic = settings.topic(T.RAW)
     try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(settings.partitions)}
+        ends = {p: _end_offset(c, TopicPartition(topic, p)) for p in range(settings.partitions)}
         _assign_from_start(c, [topic], settings.partitions)
         out: dict[int, list[RawRecord]] = {p: [] for p in ends}
         deadline = time.monotonic() + timeout
