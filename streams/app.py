@@ -166,14 +166,12 @@ class JoinWorker:
         async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
             start = time.perf_counter()
             timed("wait", start - clock)
-            seen_at = time.monotonic()
-            for event in events:
-                self._progress[event.message.partition] = seen_at
             by_partition: dict[int, list[Any]] = {}
             for event in events:
                 if self.faults.skip_raw and self.faults.skipped(event.message):
                     continue
                 by_partition.setdefault(event.message.partition, []).append(event.message)
+            self._progress.update(dict.fromkeys(by_partition, time.monotonic()))  # per partition, not per event
             done = []
             for partition, msgs in by_partition.items():
                 result = await self._process(partition, msgs)

@@ -12,8 +12,8 @@ with :data:`EXIT_RECOVERY_STALLED` after a clean stop (offsets committed), and i
 to a fresh member, which restores them anew.
 
 The same can happen after a recovery: a partition is assigned and has records on the raw topic,
-yet the worker never processes them (seen once in a group of three workers after a rebalance:
-146 records waited for minutes). :func:`stalled_processing` names such partitions from the
+yet the worker never fetches them (a rebalance that interrupts a recovery can leave it out of
+the set of partitions Faust fetches). :func:`stalled_processing` names such partitions from the
 committed and end offsets and the time of each partition's last processed record; the worker
 acts on them the same way.
 
