@@ -1,7 +1,8 @@
 """The edge's Kafka producer: a request is answered only once Kafka acknowledged all of it.
 
-One idempotent librdkafka producer (``acks=all``) per collector; a daemon thread polls it, and each
-record's delivery report resolves an asyncio future on the serving loop. Records are keyed by
+One idempotent librdkafka producer (``acks=all``) per collector, polled by a task on the serving
+loop itself: a delivery report resolves its request's future where it is awaited, with no thread
+hand-over (a poll thread would wait for the interpreter lock behind the busy loop). Records are keyed by
 ``session_id`` (one record per session of a request, JSON: the events as validated), so a session's
 events keep their order on one partition.
 
@@ -15,7 +16,6 @@ retries. :meth:`close` flushes what is in flight.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,11 +24,33 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from rewardflow.events.wire import FORMAT_HEADER, JSON, encode_json
 
+POLL_BUSY_S, POLL_IDLE_S = 0.001, 0.05
 _HEADERS: list[tuple[str, str | bytes | None]] = [(FORMAT_HEADER, JSON.encode())]
 
 
 class KafkaUnavailable(Exception):
     """Kafka did not take a request's records; the client should retry later."""
+
+
+class _Request:
+    """The records of one request still awaiting acknowledgement, and the future its caller awaits."""
+
+    __slots__ = ("future", "left")
+
+    def __init__(self, future: asyncio.Future[None], left: int) -> None:
+        self.future, self.left = future, left
+
+    def report(self, err: KafkaError | None, _msg: Message | None = None) -> None:
+        """A delivery report: count an acknowledgement; done at the last, or failed at the first error."""
+        fut = self.future
+        if fut.done() or fut.get_loop().is_closed():  # timed out, or served after the loop ended
+            return
+        if err is not None:
+            fut.set_exception(KafkaUnavailable(f"Kafka refused a record: {err.name()}: {err.str()}"))
+            return
+        self.left -= 1
+        if self.left == 0:
+            fut.set_result(None)
 
 
 class AckingProducer:
@@ -38,58 +60,42 @@ class AckingProducer:
             **config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4",
             "message.timeout.ms": int(timeout_s * 1000), "client.id": "rewardflow-collector",
         })
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="rewardflow-collector-kafka", daemon=True)
-        self._thread.start()
+        self._waiting = 0  # requests awaiting acknowledgement
+        self._poller: asyncio.Task[None] | None = None
 
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
+    async def _serve_reports(self) -> None:
+        """Poll for delivery reports on the serving loop: every millisecond while requests wait, else
+        every 50 ms (librdkafka's error events). Reports settle their requests here, on the loop."""
+        while True:
+            self._producer.poll(0)
+            await asyncio.sleep(POLL_BUSY_S if self._waiting else POLL_IDLE_S)
 
     async def send(self, sessions: Mapping[str, Sequence[dict[str, Any]]]) -> float:
         """Produce one record per session and wait for every acknowledgement; returns the seconds it took."""
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[None]] = []
+        if self._poller is None or self._poller.get_loop() is not loop:
+            self._poller = loop.create_task(self._serve_reports(), name="rewardflow-collector-kafka")
         started = time.perf_counter()
-
-        def report(fut: asyncio.Future[None]) -> Any:
-            def done(err: KafkaError | None, _msg: Message) -> None:
-                loop.call_soon_threadsafe(_settle, fut, err)
-            return done
-
+        request = _Request(loop.create_future(), len(sessions))
         try:
             for session_id, events in sessions.items():
-                fut: asyncio.Future[None] = loop.create_future()
-                value = encode_json(events)
-                self._producer.produce(self.topic, value, session_id.encode(), headers=_HEADERS, on_delivery=report(fut))
-                futures.append(fut)
+                self._producer.produce(self.topic, encode_json(events), session_id.encode(), headers=_HEADERS,
+                                       on_delivery=request.report)
         except BufferError:
-            _cancel(futures)
+            request.future.cancel()
             raise KafkaUnavailable("the edge's Kafka queue is full") from None
+        self._waiting += 1
         try:
-            await asyncio.wait_for(asyncio.gather(*futures), timeout=self.timeout_s + 1.0)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.timeout_s + 1.0):
+                await request.future
+        except TimeoutError:
             raise KafkaUnavailable(f"Kafka did not acknowledge within {self.timeout_s:.0f} s") from None
+        finally:
+            self._waiting -= 1
         return time.perf_counter() - started
 
     def close(self, timeout: float = 30.0) -> int:
-        """Flush what is in flight, then stop polling; returns the records still unsent."""
+        """After the serving loop ended: flush what is in flight; returns the records still unsent."""
         left = int(self._producer.flush(timeout))
-        self._stop.set()
-        self._thread.join(timeout=5)
         del self._producer  # librdkafka's threads end with the handle, not with the broker connection
         return left
-
-
-def _settle(fut: asyncio.Future[None], err: KafkaError | None) -> None:
-    if fut.done():
-        return
-    if err is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(KafkaUnavailable(f"Kafka refused a record: {err.name()}: {err.str()}"))
-
-
-def _cancel(futures: list[asyncio.Future[None]]) -> None:
-    for fut in futures:
-        fut.cancel()

@@ -21,7 +21,8 @@ from typing import Any
 
 import uvicorn
 
-from rewardflow.collector.app import EdgeMetrics, create_app
+from rewardflow.collector.app import create_app
+from rewardflow.collector.limits import EdgeMetrics
 from rewardflow.collector.kafka import AckingProducer
 from rewardflow.collector.keys import LATEST_SQL, IngestKeys, KeyCache
 from rewardflow.kafka import topics

@@ -1,0 +1,54 @@
+"""The edge's per-key rate limit and its Prometheus metrics.
+
+Contract: :class:`RateLimiter` is thread-safe and never blocks; :class:`EdgeMetrics` keeps its own
+registry, so several collectors in one process (tests) do not share counters.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class RateLimiter:
+    """A token bucket of events per key: ``rate`` per second, up to ``burst`` at once. Thread-safe."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str, n: int, now: float | None = None) -> float:
+        """Take ``n`` events' worth; returns 0 when allowed, else the seconds until they would be
+        (``inf`` when ``n`` is over the burst and never will be)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            level, at = self._buckets.get(key, (float(self.burst), now))
+            level = min(float(self.burst), level + (now - at) * self.rate)
+            if n > level:
+                self._buckets[key] = (level, now)
+                return (n - level) / self.rate if n <= self.burst else math.inf
+            self._buckets[key] = (level - n, now)
+            return 0.0
+
+
+def retry_after(wait_s: float) -> str:
+    """A ``Retry-After`` value for a wait from :meth:`RateLimiter.take`: whole seconds, at least 1."""
+    return "60" if math.isinf(wait_s) else str(max(1, math.ceil(wait_s)))
+
+
+class EdgeMetrics:
+    """Prometheus metrics of one collector, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("rewardflow_collect_requests", "Requests by status.", ["status"], registry=self.registry)
+        self.events = Counter("rewardflow_collect_events", "Events by outcome (accepted, or the reason refused).",
+                              ["outcome"], registry=self.registry)
+        self.redacted = Counter("rewardflow_collect_redacted", "Secret-looking tokens scrubbed from free text, by kind.",
+                                ["kind"], registry=self.registry)
+        self.ack = Histogram("rewardflow_collect_kafka_ack_seconds", "Time until Kafka acknowledged a request's records.",
+                             registry=self.registry, buckets=(.002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10))
