@@ -113,6 +113,7 @@ class Settings(BaseSettings):
     collect_port: int = Field(16068, ge=1024, le=65535, description="Port of the ingestion edge.")
     collect_max_body_bytes: int = Field(1024**2, ge=1024, le=64 * 1024**2, description="Largest request body of the edge, after gzip inflation; larger gets 413.")
     collect_max_events: int = Field(500, ge=1, le=10_000, description="Events one request may carry; more gets 413.")
+    collect_max_spans: int = Field(2048, ge=1, le=100_000, description="Spans one OTLP export (POST /v1/traces) may carry; more gets 413.")
     collect_rate_events_per_s: float = Field(5_000.0, gt=0, description="Events per second one key may send (token bucket); more gets 429 with Retry-After.")
     collect_rate_burst: int = Field(20_000, ge=1, description="Events a key may send at once before its rate applies.")
     collect_ack_timeout_s: float = Field(10.0, gt=0, le=300, description="How long a request waits for Kafka's acknowledgement before it gets 503 with Retry-After.")

@@ -9,7 +9,10 @@
   accepted event; rejected events are not produced, the valid ones of the same request are.
 * Every refusal's body is ``{"error": "<why>"}``.
 
-The events route is the edge's hot path: :class:`EdgeApp` serves it straight on ASGI (one
+``POST /v1/traces`` takes OTLP/HTTP trace exports (protobuf or JSON) with the same keys, limits and
+statuses, and maps GenAI spans to events (:mod:`.traces`).
+
+The ingest routes are the edge's hot path: :class:`EdgeApp` serves them straight on ASGI (one
 :class:`Ingest` call per request, no framework routing); every other path goes to a small FastAPI
 app. Contract: the routes never raise to the server; each request is judged by
 :mod:`rewardflow.collector.edge` (pure) and produced by :class:`~.kafka.AckingProducer`.
@@ -18,6 +21,7 @@ app. Contract: the routes never raise to the server; each request is judged by
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import asdict
@@ -28,20 +32,20 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from rewardflow.collector.edge import Refused, admit, decode_body
+from rewardflow.collector.edge import EVENTS_SHAPE, Admitted, Refused, admit, decode_json, inflate
 from rewardflow.collector.kafka import AckingProducer, KafkaUnavailable
 from rewardflow.collector.keys import KeyCache
-from rewardflow.collector.limits import EdgeMetrics, RateLimiter, retry_after
-from rewardflow.events.models import EVENT_MODELS
+from rewardflow.collector.limits import EdgeMetrics, RateLimiter, contract_field, retry_after
+from rewardflow.collector.traces import traces
 from rewardflow.settings import Settings
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-Answer = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, extra headers
+Answer = tuple[int, dict[str, Any] | bytes, dict[str, str]]  # status, JSON body (or bytes), extra headers
+ReadBody = Callable[[int], Awaitable[bytes]]
 
-EVENTS_PATH = "/v1/events"
-_FIELDS = frozenset({"<event>", "event_type"} | {f for m in EVENT_MODELS.values() for f in m.model_fields})
+EVENTS_PATH, TRACES_PATH = "/v1/events", "/v1/traces"
 
 
 class BodyTooLarge(Exception):
@@ -53,24 +57,29 @@ class Disconnected(Exception):
 
 
 class Ingest:
-    """``POST /v1/events`` without a framework: headers and a body reader in, an :data:`Answer` out."""
+    """The ingest routes without a framework: headers and a body reader in, an :data:`Answer` out.
+
+    ``read_body(limit)`` raises :class:`BodyTooLarge` past ``limit`` (answered 413) or
+    :class:`Disconnected` (raised on to the caller). :meth:`events` serves ``POST /v1/events``;
+    :mod:`.traces` serves ``POST /v1/traces`` with the same steps: :meth:`key`, :meth:`body`,
+    :meth:`admit_rate`, :meth:`produce`.
+    """
 
     def __init__(self, settings: Settings, keys: KeyCache, producer: AckingProducer, metrics: EdgeMetrics) -> None:
         self.settings, self.keys, self.producer, self.metrics = settings, keys, producer, metrics
         self.limiter = RateLimiter(settings.collect_rate_events_per_s, settings.collect_rate_burst)
 
-    def _refuse(self, status: int, message: str, headers: dict[str, str] | None = None,
-                events: int = 0, reason: str = "") -> Answer:
+    def refuse(self, status: int, message: str, headers: dict[str, str] | None = None,
+               events: int = 0, reason: str = "") -> Answer:
+        """Count a refusal and answer it with ``{"error": message}``."""
         self.metrics.requests.labels(str(status)).inc()
         if events:
             self.metrics.events.labels(reason or str(status)).inc(events)
         return status, {"error": message}, headers or {}
 
-    async def __call__(self, headers: dict[bytes, bytes], read_body: Callable[[int], Awaitable[bytes]]) -> Answer:
-        """Judge and produce one request. ``read_body(limit)`` raises :class:`BodyTooLarge` past ``limit``
-        (answered 413) or :class:`Disconnected` (raised on to the caller)."""
-        received_at = int(time.time() * 1000)
-        s = self.settings
+    async def key(self, headers: dict[bytes, bytes]) -> tuple[str, str] | None:
+        """``(key_id, org_id)`` of the request's bearer key; None when it has none that is active
+        (answer :meth:`no_key`)."""
         auth = headers.get(b"authorization", b"").decode("latin-1")
         secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         found = self.keys.org_of(secret) if secret else None
@@ -78,56 +87,92 @@ class Ingest:
             await asyncio.get_running_loop().run_in_executor(
                 self.keys.miss_executor, self.keys.refresh_after_miss, time.monotonic())
             found = self.keys.org_of(secret)
-        if found is None:
-            return self._refuse(401, "missing, unknown or revoked key: send Authorization: Bearer rfk_…")
-        key_id, org_id = found
+        return found
+
+    def no_key(self) -> Answer:
+        return self.refuse(401, "missing, unknown or revoked key: send Authorization: Bearer rfk_…")
+
+    async def body(self, headers: dict[bytes, bytes], read_body: ReadBody) -> bytes | Answer:
+        """The body as sent, inflated when gzip; or its 413 / 415 / 400."""
+        limit = self.settings.collect_max_body_bytes
         declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > s.collect_max_body_bytes:
-            return self._refuse(413, f"body of {int(declared):,} bytes; at most {s.collect_max_body_bytes:,}")
+        if declared.isdigit() and int(declared) > limit:
+            return self.refuse(413, f"body of {int(declared):,} bytes; at most {limit:,}")
         try:
-            body = await read_body(s.collect_max_body_bytes)
+            body = await read_body(limit)
         except BodyTooLarge:
-            return self._refuse(413, f"body over {s.collect_max_body_bytes:,} bytes")
+            return self.refuse(413, f"body over {limit:,} bytes")
         encoding = headers.get(b"content-encoding")
         try:
-            doc = decode_body(body, None if encoding is None else encoding.decode("latin-1"), s.collect_max_body_bytes)
-            n = len(doc["events"]) if isinstance(doc.get("events"), list) else 0
-            wait = self.limiter.take(key_id, n) if n <= s.collect_max_events else 0.0
-            if wait:
-                return self._refuse(429, f"key {key_id} is over its rate of {s.collect_rate_events_per_s:g} events/s",
-                                    {"Retry-After": retry_after(wait)}, n, "rate_limited")
-            judged = admit(doc, org_id, received_at, max_events=s.collect_max_events,
-                           tolerance_ms=s.collect_clock_tolerance_ms)
+            return inflate(body, None if encoding is None else encoding.decode("latin-1"), limit)
         except Refused as exc:
-            return self._refuse(exc.status, str(exc))
+            return self.refuse(exc.status, str(exc))
+
+    def admit_rate(self, key_id: str, n: int) -> Answer | None:
+        """Take ``n`` events from the key's rate; its 429 when spent."""
+        wait = self.limiter.take(key_id, n)
+        if not wait:
+            return None
+        return self.refuse(429, f"key {key_id} is over its rate of {self.settings.collect_rate_events_per_s:g} events/s",
+                           {"Retry-After": retry_after(wait)}, n, "rate_limited")
+
+    async def produce(self, judged: Admitted) -> Answer | None:
+        """Count the judgement and produce its events; their 503 when Kafka did not acknowledge."""
         for kind, count in judged.redacted.items():
             self.metrics.redacted.labels(kind).inc(count)
         for r in judged.rejected:  # a client names any field it likes: only the contract's become labels
-            self.metrics.events.labels(f"invalid:{r.field if r.field in _FIELDS else 'other'}").inc()
+            self.metrics.events.labels(f"invalid:{contract_field(r.field)}").inc()
         if judged.sessions:
             try:
                 self.metrics.ack.observe(await self.producer.send(judged.sessions))
             except KafkaUnavailable as exc:
-                return self._refuse(503, f"{exc}; retry with the same event ids", {"Retry-After": "2"},
-                                    judged.accepted, "kafka_unavailable")
+                return self.refuse(503, f"{exc}; retry with the same event ids", {"Retry-After": "2"},
+                                   judged.accepted, "kafka_unavailable")
         self.metrics.events.labels("accepted").inc(judged.accepted)
+        return None
+
+    async def events(self, headers: dict[bytes, bytes], read_body: ReadBody) -> Answer:
+        """Judge and produce one ``POST /v1/events`` request."""
+        received_at = int(time.time() * 1000)
+        s = self.settings
+        found = await self.key(headers)
+        if found is None:
+            return self.no_key()
+        key_id, org_id = found
+        body = await self.body(headers, read_body)
+        if not isinstance(body, bytes):
+            return body
+        try:
+            doc = decode_json(body, EVENTS_SHAPE)
+            n = len(doc["events"]) if isinstance(doc.get("events"), list) else 0
+            if n <= s.collect_max_events and (refused := self.admit_rate(key_id, n)) is not None:
+                return refused
+            judged = admit(doc, org_id, received_at, max_events=s.collect_max_events,
+                           tolerance_ms=s.collect_clock_tolerance_ms)
+        except Refused as exc:
+            return self.refuse(exc.status, str(exc))
+        if (failed := await self.produce(judged)) is not None:
+            return failed
         self.metrics.requests.labels("202").inc()
         return 202, {"accepted": judged.accepted, "rejected": [asdict(r) for r in judged.rejected],
                      "clock_offset_ms": judged.corrected_ms}, {}
 
 
 class EdgeApp:
-    """The collector's ASGI app: ``POST /v1/events`` to :class:`Ingest`, every other request to ``rest``."""
+    """The collector's ASGI app: each path of ``routes`` (POST only) to its handler, every other
+    request to ``rest``."""
 
-    def __init__(self, ingest: Ingest, rest: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
-        self.ingest, self.rest = ingest, rest
+    def __init__(self, routes: dict[str, Callable[[dict[bytes, bytes], ReadBody], Awaitable[Answer]]],
+                 rest: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.routes, self.rest = routes, rest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != EVENTS_PATH:
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None:
             await self.rest(scope, receive, send)
             return
         if scope["method"] != "POST":
-            await _respond(send, 405, {"error": f"{scope['method']} {EVENTS_PATH}: only POST"}, {"Allow": "POST"})
+            await _respond(send, 405, {"error": f"{scope['method']} {scope['path']}: only POST"}, {"Allow": "POST"})
             return
 
         async def read_body(limit: int) -> bytes:
@@ -143,15 +188,17 @@ class EdgeApp:
                     return body
 
         try:
-            answer = await self.ingest(dict(scope["headers"]), read_body)
+            answer = await route(dict(scope["headers"]), read_body)
         except Disconnected:
             return
         await _respond(send, *answer)
 
 
-async def _respond(send: Send, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
-    data = orjson.dumps(body)
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+async def _respond(send: Send, status: int, body: dict[str, Any] | bytes, headers: dict[str, str]) -> None:
+    """A JSON body, or bytes whose ``Content-Type`` is among ``headers``."""
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    raw = [] if isinstance(body, bytes) else [(b"content-type", b"application/json")]
+    raw += [(b"content-length", str(len(data)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": data})
@@ -170,4 +217,5 @@ def create_app(settings: Settings, keys: KeyCache, producer: AckingProducer, met
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return EdgeApp(Ingest(settings, keys, producer, metrics), rest)
+    ingest = Ingest(settings, keys, producer, metrics)
+    return EdgeApp({EVENTS_PATH: ingest.events, TRACES_PATH: partial(traces, ingest)}, rest)

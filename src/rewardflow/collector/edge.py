@@ -77,8 +77,12 @@ class Admitted:
         return sum(len(v) for v in self.sessions.values())
 
 
-def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
-    """The request document; gzip is inflated up to ``max_bytes`` (a bomb is refused, not inflated)."""
+EVENTS_SHAPE = '{"sent_at": …, "events": […]}'
+
+
+def inflate(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
+    """The body as sent before ``Content-Encoding``; gzip is inflated up to ``max_bytes`` (a bomb is
+    refused, not inflated)."""
     if encoding not in (None, "", "identity", "gzip"):
         raise Refused(415, f"Content-Encoding {shown(encoding, 32)!r}: send identity or gzip")
     if len(body) > max_bytes:
@@ -91,13 +95,23 @@ def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, 
             raise Refused(400, f"body: not valid gzip ({exc})") from None
         if len(body) > max_bytes or inflater.unconsumed_tail:
             raise Refused(413, f"body inflates beyond {max_bytes:,} bytes")
+    return body
+
+
+def decode_json(body: bytes, shape: str = "{…}") -> dict[str, Any]:
+    """A JSON object, or :class:`Refused` (400) naming the ``shape`` expected."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise Refused(400, f"body: not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
-        raise Refused(400, 'body: expected an object {"sent_at": …, "events": […]}')
+        raise Refused(400, f"body: expected an object {shape}")
     return doc
+
+
+def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
+    """The request document of ``POST /v1/events``."""
+    return decode_json(inflate(body, encoding, max_bytes), EVENTS_SHAPE)
 
 
 def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int, tolerance_ms: int) -> Admitted:

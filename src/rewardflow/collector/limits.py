@@ -12,6 +12,16 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from rewardflow.events.models import EVENT_MODELS
+
+_FIELDS = frozenset({"<event>", "event_type"} | {f for m in EVENT_MODELS.values() for f in m.model_fields})
+
+
+def contract_field(name: str) -> str:
+    """``name`` when it is a field of the contract, else ``other``: a client names any field it likes,
+    and only the contract's become metric labels."""
+    return name if name in _FIELDS else "other"
+
 
 class RateLimiter:
     """A token bucket of events per key: ``rate`` per second, up to ``burst`` at once. Thread-safe."""
@@ -50,5 +60,7 @@ class EdgeMetrics:
                               ["outcome"], registry=self.registry)
         self.redacted = Counter("rewardflow_collect_redacted", "Secret-looking tokens scrubbed from free text, by kind.",
                                 ["kind"], registry=self.registry)
+        self.spans = Counter("rewardflow_collect_spans", "OTLP spans by outcome (mapped, or the reason not).",
+                             ["outcome"], registry=self.registry)
         self.ack = Histogram("rewardflow_collect_kafka_ack_seconds", "Time until Kafka acknowledged a request's records.",
                              registry=self.registry, buckets=(.002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10))
