@@ -60,13 +60,13 @@ REWARDFLOW = str(VENV_BIN / "rewardflow")
 
 PYTHON_LANGS = {"python", "py"}
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
-OTHER_LANGS = {"sql", "text", "toml", "json", "jsonl", "yaml", "ini", "diff"}  # shown, never run
+OTHER_LANGS = {"sql", "text", "toml", "json", "jsonl", "yaml", "ini", "diff", "typescript"}  # shown, never run
 ILLUSTRATIVE = "illustrative"
 TIMEOUT_S = {"python": 60.0, "shell": 120.0}
 
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")  # also fences nested in lists
 _KAFKA = re.compile(r"EventProducer|\brewardflow (emit|run|simulate)\b")
-_READS = re.compile(r"RewardReader|\brewardflow (sql|export|audit|alerts|compare|keys)\b|/query\b|/v1/events\b")
+_READS = re.compile(r"RewardReader|\brewardflow (sql|export|audit|alerts|compare|keys)\b|/query\b|/v1/(events|traces)\b")
 _BROKER = re.compile(r"\brewardflow kafka up\b")
 _REPO_PATHS = re.compile(r"(?<![\w/.$-])(scripts|schemas|examples|bench|docs|src|streams|tests)/")
 
