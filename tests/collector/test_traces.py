@@ -129,3 +129,21 @@ def test_refusals_say_why(edge: Edge) -> None:
     status, answer = _post(edge.url, edge.key, b'{"resourceSpans": 5}', "application/json")
     assert status == 400 and b"resourceSpans" in answer
     assert _landed(edge) == []
+
+
+def test_limits_count_spans(kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str) -> None:
+    settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
+                              collect_max_spans=6, collect_rate_events_per_s=1.0, collect_rate_burst=10)
+    ensure_topics(settings)
+    _, key = IngestKeys(ch_db.client).create("org-otel")
+    not_genai = [{**s, "attrs": {"http.method": "GET"}} for s in agent_turn()]
+    with Collector(settings, keys_from_client(ch_db.client), port=0) as collector:
+        status, answer = _post(collector.url, key, protobuf(agent_turn() + agent_turn()[:3], {}), "application/x-protobuf")
+        assert status == 413 and b"7 spans" in answer
+        assert _post(collector.url, key, protobuf(not_genai, {}), "application/x-protobuf")[0] == 200
+        assert _post(collector.url, key, protobuf(not_genai, {}), "application/x-protobuf")[0] == 200
+        req = urllib.request.Request(f"{collector.url}/v1/traces", data=protobuf(not_genai, {}), method="POST",
+                                     headers={"Content-Type": "application/x-protobuf", "Authorization": f"Bearer {key}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=30)
+        assert refused.value.code == 429 and int(refused.value.headers["Retry-After"]) >= 1  # spans it ignores count too

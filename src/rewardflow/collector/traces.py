@@ -3,7 +3,7 @@
 The request is an ``ExportTraceServiceRequest``, ``Content-Type: application/x-protobuf`` or
 ``application/json`` (gzip accepted), with ``Authorization: Bearer rfk_…``. Spans are mapped by
 :mod:`rewardflow.otlp.mapping`, validated with the contract's own code and produced like the
-events of ``POST /v1/events``: the key decides the org, the key's rate counts mapped events, and
+events of ``POST /v1/events``: the key decides the org, the key's rate counts every span, and
 the answer comes only once Kafka acknowledged.
 
 * 200 with an ``ExportTraceServiceResponse`` in the request's encoding; when spans were left out,
@@ -57,11 +57,11 @@ async def traces(ingest: Ingest, headers: dict[bytes, bytes], read_body: ReadBod
         return ingest.refuse(exc.status if isinstance(exc, Refused) else 400, str(exc))
     if len(spans) > s.collect_max_spans:
         return ingest.refuse(413, f"{len(spans):,} spans in one export; at most {s.collect_max_spans:,}")
+    if spans and (refused := ingest.admit_rate(key_id, len(spans))) is not None:
+        return refused  # every span costs, mapped or not: a key cannot flood the edge with spans it ignores
     mapped = map_spans(spans)
     judged = Admitted()
     if mapped.events:
-        if (refused := ingest.admit_rate(key_id, len(mapped.events))) is not None:
-            return refused
         try:
             judged = admit({"sent_at": received_at, "events": mapped.events}, org_id, received_at,
                            max_events=len(mapped.events), tolerance_ms=s.collect_clock_tolerance_ms)
