@@ -1,6 +1,7 @@
 """``rewardflow collect``: the ingestion edge, in front of the raw topic.
 
-Editors and agents ``POST /v1/events`` with a key (``rewardflow keys create``); see
+Editors and agents ``POST /v1/events``, OpenTelemetry exporters ``POST /v1/traces``, with a key
+(``rewardflow keys create``); see
 docs/collector.md. It reads the keys from the configured ClickHouse (through the owner's read
 endpoint when another process owns the embedded chDB; with chDB alone, ``rewardflow run --collect``
 serves the edge from the owning process instead).
@@ -22,7 +23,7 @@ def command(
     processes: int = typer.Option(1, "--processes", min=1, max=64, help="Processes serving the one port (one core "
                                   "each); above 1, keys come from a ClickHouse server or the chDB owner's endpoint."),
 ) -> None:
-    """Serve the ingestion edge: POST /v1/events with a key, /healthz, /metrics."""
+    """Serve the ingestion edge: POST /v1/events and POST /v1/traces (OTLP) with a key, /healthz, /metrics."""
     from rewardflow.clickhouse.connect import open_reader
     from rewardflow.clickhouse.errors import ClickHouseError
     from rewardflow.cli.run import ensure_kafka

@@ -107,7 +107,7 @@ def command(
                                                 "(default: each checkpoint against its own trailing windows)."),
     monitor_interval: float = typer.Option(60.0, help="Seconds between Goodhart monitor rounds (0 = off)."),
     collect: bool = typer.Option(False, "--collect/--no-collect", help="Also serve the ingestion edge "
-                                 "(POST /v1/events on COLLECT_HOST:COLLECT_PORT) from this process."),
+                                 "(POST /v1/events and /v1/traces on COLLECT_HOST:COLLECT_PORT) from this process."),
 ) -> None:
     """Run the stream worker and the ClickHouse sink against the configured Kafka and ClickHouse.
 
