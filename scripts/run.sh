@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: set up the venv (idempotent), then
 #   bash scripts/run.sh demo    -> run the main job on local defaults (Kafka from Maven Central + chDB)
-#   bash scripts/run.sh test    -> type-check (mypy --strict over src/ and streams/), then run the test suite
+#   bash scripts/run.sh test    -> check generated code, build the TypeScript client (clients/typescript),
+#                                 type-check (mypy --strict over src/ and streams/), then run the test suite
 #                                 (it starts and stops its own Kafka broker)
 #   bash scripts/run.sh bench   -> run the benchmarks
 #   bash scripts/run.sh <any rewardflow subcommand ...>
@@ -36,6 +37,10 @@ case "$cmd" in
     need mvn "Maven resolves Apache Kafka from Maven Central"
     echo "==> generated modules up to date (rewardflow codegen --check)"
     "$venv/bin/rewardflow" codegen --check
+    need node "Node.js 18+ runs the TypeScript client's tests"
+    need npm "npm installs the TypeScript client's build tools (typescript, @types/node)"
+    echo "==> TypeScript client: npm ci, build (clients/typescript)"
+    (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build)
     echo "==> mypy --strict (src/rewardflow, streams)"
     "$venv/bin/python" -m mypy
     exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"

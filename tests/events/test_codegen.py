@@ -102,4 +102,4 @@ def test_codegen_check_reports_a_stale_module(tmp_path: Path, monkeypatch: pytes
     path.write_text(path.read_text().replace("Client version string.", "The client's version string."))
     monkeypatch.setenv("REWARDFLOW_SCHEMA_DIR", str(tmp_path / "schemas"))
     stale = runner.invoke(app, ["codegen", "--check"])
-    assert stale.exit_code == 1 and "stale: rewardflow/events/models.py" in stale.output
+    assert stale.exit_code == 1 and "stale: src/rewardflow/events/models.py" in stale.output

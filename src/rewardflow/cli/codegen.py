@@ -1,7 +1,8 @@
 """``rewardflow codegen [--check]``: regenerate the modules derived from the contracts.
 
 * ``rewardflow/events/models.py``: the pydantic event models, from ``schemas/*.avsc``;
-* ``rewardflow/core/rows.py``: the record TypedDicts, from the ClickHouse table definitions.
+* ``rewardflow/core/rows.py``: the record TypedDicts, from the ClickHouse table definitions;
+* ``clients/typescript/src/events.ts``: the TypeScript client's event types, from ``schemas/*.avsc``.
 
 Run it after changing a schema or a table. ``--check`` writes nothing and exits 1 when a
 generated module is stale (the README test command runs it before type-checking).
@@ -20,9 +21,11 @@ import typer
 from rewardflow.clickhouse import rowtypes
 from rewardflow.clickhouse.catalog import ALL_TABLES
 from rewardflow.events import codegen as event_codegen
+from rewardflow.events import tscodegen
 from rewardflow.events.catalogue import schema_dir
 
 _PACKAGE = Path(__file__).resolve().parents[1]
+_ROOT = _PACKAGE.parents[1]  # the repository: src/rewardflow/../..
 
 
 def targets() -> dict[Path, str]:
@@ -30,6 +33,7 @@ def targets() -> dict[Path, str]:
     return {
         _PACKAGE / "events" / "models.py": event_codegen.render(event_codegen.load_sources(schema_dir())),
         _PACKAGE / "core" / "rows.py": rowtypes.render(ALL_TABLES),
+        _ROOT / "clients" / "typescript" / "src" / "events.ts": tscodegen.render(event_codegen.load_sources(schema_dir())),
     }
 
 
@@ -44,7 +48,7 @@ def command(
         raise typer.Exit(2) from None
     stale = [path for path, text in wanted.items() if not path.is_file() or path.read_text() != text]
     for path in stale:
-        shown = path.relative_to(_PACKAGE.parent)
+        shown = path.relative_to(_ROOT)
         if check:
             typer.echo(f"stale: {shown} (run `rewardflow codegen`)", err=True)
         else:
