@@ -101,7 +101,9 @@ def test_export_file_matches_the_table_and_trainer_mode_is_incremental(env: dict
     want = ch_db.client.query_arrow(
         "SELECT * EXCEPT (_inserted_at), _seq FROM rewards FINAL WHERE checkpoint_id = 'ck-a' AND provisional = 0 ORDER BY _seq"
     )
-    assert got.to_pylist() == want.to_pylist()
+    assert got.select(want.column_names).to_pylist() == want.to_pylist()
+    assert got.column_names[-3:] == ["policy_generation", "policy_age_s", "policy_lag"]  # ck-a is not registered:
+    assert got.column("policy_generation").null_count == 60  # no lineage
     assert run("export", "--checkpoint", "ck-a", "--trainer", "t1", "--settle", "0", "--out", str(out)).exit_code == 0
     assert pq.read_table(out).num_rows == 60
     again = run("export", "--checkpoint", "ck-a", "--trainer", "t1", "--settle", "0", "--out", str(out))

@@ -11,6 +11,7 @@ from rewardflow.readapi.server import ReadServer
 from rewardflow.readapi.tokens import TokenStore
 from rewardflow.clickhouse.remote import RemoteReader
 from rewardflow.clickhouse.tables import REWARDS
+from rewardflow.lineage.columns import LINEAGE_COLUMNS
 from rewardflow.trainer.reader import RewardReader
 from tests.clickhouse.rows import insert, reward
 from tests.conftest_clickhouse import ChDatabase
@@ -74,7 +75,7 @@ def test_filters_and_batches(ch_db: ChDatabase) -> None:
     assert [b.num_rows for b in batches] == [7, 7, 6]
     table = pa.Table.from_batches(batches)
     assert set(table.column("checkpoint_id").to_pylist()) == {"ck-a"}
-    assert table.column_names == [*REWARDS.record_columns, "_seq"]
+    assert table.column_names == [*REWARDS.record_columns, "_seq", *LINEAGE_COLUMNS]
     assert table.column("_seq").to_pylist() == sorted(table.column("_seq").to_pylist())
 
 
@@ -116,7 +117,8 @@ def test_export_is_exactly_the_final_rows_in_seq_order(ch_db: ChDatabase) -> Non
     got = pa.Table.from_batches(list(reader), schema=reader.schema())
     reader.close()
     assert got.num_rows == 200 and ch_db.client.command("SELECT count() FROM rewards") == 287
-    assert got.to_pylist() == want.to_pylist()
+    assert got.select(want.column_names).to_pylist() == want.to_pylist()
+    assert got.column_names == [*want.column_names, *LINEAGE_COLUMNS]
     assert set(got.column("reward").to_pylist()) == {0.5}
 
 

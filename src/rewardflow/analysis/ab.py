@@ -17,6 +17,10 @@ Metrics (per arm, then candidate − baseline with a two-sided CI):
 
 Relative deltas are ``candidate / baseline − 1`` (the published "+2.28 %").
 
+Lineage: given the checkpoint registry, the report carries each arm's registered checkpoint
+(parent, generation, deployment time), or None for an arm whose checkpoint is not registered;
+without a registry, ``lineage`` is None (not looked up).
+
 Contract: pure and deterministic. :func:`compare` raises
 :class:`~rewardflow.analysis.rows.AnalysisError` when an arm has no final
 rows under the chosen spec.
@@ -33,6 +37,7 @@ import orjson
 
 from rewardflow.analysis.rows import AnalysisError, ArmSample, arm_samples, final_rows, require_columns, to_dicts
 from rewardflow.analysis.stats import Difference, Estimate, difference, mean_estimate, quantile_estimate, ratio_estimate
+from rewardflow.lineage.registry import Checkpoint, Registry
 
 Unit = Literal["rate", "reward", "ms"]
 
@@ -115,6 +120,7 @@ class Report:
     confidence: float
     turns: dict[str, int]  # checkpoint -> final rows (turns)
     metrics: dict[str, MetricDelta]
+    lineage: dict[str, Checkpoint | None] | None = None  # checkpoint -> its registration; None: not looked up
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in asdict(self).items() if k != "metrics"}
@@ -137,8 +143,9 @@ def metric_delta(m: MetricDef, base: ArmSample, cand: ArmSample, confidence: flo
 
 
 def compare(rows: Any, baseline: str, candidate: str, *, spec_version: str | None = None,
-            confidence: float = 0.95) -> Report:
-    """The A/B report of ``candidate`` vs ``baseline`` from reward rows (see module doc)."""
+            confidence: float = 0.95, registry: Registry | None = None) -> Report:
+    """The A/B report of ``candidate`` vs ``baseline`` from reward rows, with each arm's lineage from
+    ``registry`` when given (see module doc)."""
     if baseline == candidate:
         raise AnalysisError("baseline and candidate must be different checkpoints")
     data = to_dicts(rows)
@@ -152,4 +159,6 @@ def compare(rows: Any, baseline: str, candidate: str, *, spec_version: str | Non
             raise AnalysisError(f"no final reward rows for checkpoint {ck!r} under spec {spec!r}")
     base, cand = arms[baseline], arms[candidate]
     metrics = {name: metric_delta(m, base, cand, confidence) for name, m in METRICS.items()}
-    return Report(baseline, candidate, spec, confidence, {baseline: base.turns, candidate: cand.turns}, metrics)
+    lineage = None if registry is None else {ck: registry.get(ck) for ck in (baseline, candidate)}
+    return Report(baseline, candidate, spec, confidence, {baseline: base.turns, candidate: cand.turns}, metrics,
+                  lineage)

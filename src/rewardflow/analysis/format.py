@@ -2,14 +2,16 @@
 
 Rates print as percentages and their changes in percentage points (``pp``);
 relative changes as signed percentages (``+2.28%``); latencies in ms.
-``nan`` prints as ``n/a``. Contract: pure.
+``nan`` prints as ``n/a``. :func:`lineage_rows` gives the cells of each arm's lineage
+(terminal and HTML show the same). Contract: pure.
 """
 
 from __future__ import annotations
 
 import math
 
-from rewardflow.analysis.ab import MetricDelta, Unit
+from rewardflow.analysis.ab import MetricDelta, Report, Unit
+from rewardflow.lineage.registry import iso_ms
 
 
 def fmt_change(value: float, suffix: str, signed: bool = True) -> str:
@@ -61,3 +63,18 @@ def fmt_rel(m: MetricDelta) -> str:
 
 def fmt_rel_ci(m: MetricDelta) -> str:
     return f"[{fmt_change(m.rel_ci_low * 100, '%')}, {fmt_change(m.rel_ci_high * 100, '%')}]"
+
+
+def lineage_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
+    """Per arm: (arm, checkpoint, parent, generation, deployed_at), or "not registered" in the last three.
+    Empty when the report's lineage was not looked up."""
+    if report.lineage is None:
+        return []
+    rows = []
+    for arm, ck in (("baseline", report.baseline), ("candidate", report.candidate)):
+        c = report.lineage.get(ck)
+        if c is None:
+            rows.append((arm, ck, "not registered", "", ""))
+        else:
+            rows.append((arm, ck, c.parent_id or "(root)", str(c.generation), iso_ms(c.deployed_at_ms)))
+    return rows

@@ -1,4 +1,4 @@
-"""Rich tables of an A/B :class:`Report` and of a gate result (terminal output).
+"""Rich tables of an A/B :class:`Report`, of its arms' lineage and of a gate result (terminal output).
 
 Contract: pure; builds renderables, prints nothing itself.
 """
@@ -8,7 +8,15 @@ from __future__ import annotations
 from rich.table import Table
 
 from rewardflow.analysis.ab import Report
-from rewardflow.analysis.format import fmt_conf, fmt_delta, fmt_delta_ci, fmt_rel, fmt_rel_ci, fmt_value
+from rewardflow.analysis.format import (
+    fmt_conf,
+    fmt_delta,
+    fmt_delta_ci,
+    fmt_rel,
+    fmt_rel_ci,
+    fmt_value,
+    lineage_rows,
+)
 from rewardflow.analysis.gate import GateResult
 
 _STYLE = {"better": "green", "worse": "red", "neutral": "dim", "n/a": "yellow"}
@@ -36,6 +44,18 @@ def report_table(report: Report) -> Table:
             f"{fmt_delta(m)}\n[dim]{fmt_delta_ci(m)}[/]", f"[{style}]{fmt_rel(m)}[/]\n[dim]{fmt_rel_ci(m)}[/]",
             f"{m.n_baseline:,}\n{m.n_candidate:,}", f"[{style}]{m.verdict}[/]",
         )
+    return table
+
+
+def lineage_table(report: Report) -> Table | None:
+    """Each arm's checkpoint lineage (parent, generation, deployed_at); None when it was not looked up."""
+    rows = lineage_rows(report)
+    if not rows:
+        return None
+    table = Table("arm", "checkpoint", "parent", "generation", "deployed_at (UTC)", title="policy lineage",
+                  title_justify="left")
+    for row in rows:
+        table.add_row(*row)
     return table
 
 

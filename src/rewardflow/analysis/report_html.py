@@ -7,7 +7,9 @@ per checkpoint of the report, one point per merged window
 persistence rate (final horizon), dissatisfied follow-up rate and p95 latency.
 The JSON holds the report (:meth:`Report.to_dict`), the gate result if given,
 and the same series (``series[metric][checkpoint] = [{window_start,
-window_end, samples, value}]``).
+window_end, samples, value}]``). When the report carries lineage (``rewardflow compare`` reads the
+checkpoint registry), the page shows each arm's parent, generation and deployment time, or
+"not registered".
 
 Contract: creates ``out_dir`` if needed and overwrites the two files; raises
 ``OSError`` when they cannot be written. Deterministic for equal inputs.
@@ -23,7 +25,15 @@ from typing import Any
 import orjson
 
 from rewardflow.analysis.ab import Report
-from rewardflow.analysis.format import fmt_conf, fmt_delta, fmt_delta_ci, fmt_rel, fmt_rel_ci, fmt_value
+from rewardflow.analysis.format import (
+    fmt_conf,
+    fmt_delta,
+    fmt_delta_ci,
+    fmt_rel,
+    fmt_rel_ci,
+    fmt_value,
+    lineage_rows,
+)
 from rewardflow.analysis.gate import GateResult
 from rewardflow.analysis.svg import line_chart
 from rewardflow.analysis.windows import SERIES, WindowPoint, merge_windows
@@ -60,6 +70,16 @@ def metrics_table(report: Report) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def lineage_html(report: Report) -> str:
+    """Each arm's checkpoint lineage as a table ('' when it was not looked up)."""
+    rows = lineage_rows(report)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("arm", "checkpoint", "parent", "generation", "deployed_at (UTC)"))
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<h2>Policy lineage</h2><table><tr>{head}</tr>{body}</table>"
+
+
 def gate_html(gate: GateResult) -> str:
     verdict = '<span class="pass">PASS</span>' if gate.passed else '<span class="fail">FAIL</span>'
     rows = "".join(
@@ -84,7 +104,7 @@ def render_html(report: Report, points: dict[str, list[WindowPoint]], gate: Gate
         f"<p>Reward spec <b>{escape(report.spec_version)}</b>; final rows only; "
         f"{report.turns[report.baseline]:,} baseline and {report.turns[report.candidate]:,} candidate turns; "
         f"intervals at {fmt_conf(report.confidence)}. Δ = candidate − baseline; Δ% = candidate / baseline − 1.</p>"
-        f"{metrics_table(report)}{gate_html(gate) if gate else ''}"
+        f"{metrics_table(report)}{lineage_html(report)}{gate_html(gate) if gate else ''}"
         f"<h2>Per window ({escape(size)}, event time, UTC)</h2>{''.join(charts)}</body></html>"
     )
 

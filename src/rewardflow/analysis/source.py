@@ -1,4 +1,4 @@
-"""Reads of the ClickHouse tables the analysis needs (``rewards``, ``reward_windows``).
+"""Reads of the ClickHouse tables the analysis needs (``rewards``, ``reward_windows``, ``checkpoints``).
 
 Kept in one small module so the analysis never touches a driver. Reads go
 through :func:`rewardflow.clickhouse.connect.open_reader` (a server DSN, a
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings
 
 REWARD_COLUMNS = ("reward_id", "sample_id", "checkpoint_id", "experiment_arm", "surface", "spec_version",
@@ -79,6 +80,13 @@ def fetch_windows_all(settings: Settings) -> Any:
     """Every window partial (one row per ``window_id``), for the live monitors."""
     sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows LIMIT 1 BY window_id"
     return _query(settings, sql, {})
+
+
+def fetch_registry(settings: Settings) -> Registry:
+    """The checkpoint registry (policy lineage of the compared arms)."""
+    from rewardflow.lineage.store import REGISTRY_SQL
+
+    return Registry.from_rows(_query(settings, REGISTRY_SQL, {}).to_pylist())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -3,6 +3,8 @@
 Reads final reward rows (``provisional = 0``, once per ``reward_id``) of both
 checkpoints from ClickHouse (or from ``--rows-file``: Parquet or JSON lines of
 reward rows), prints the report, and with ``--policy`` evaluates the gate.
+From ClickHouse it also reads the checkpoint registry and shows each arm's lineage
+(parent, generation, deployment time, or "not registered"); a rows file has none.
 
 Exit codes: 0 report printed (gate passed, if any); 1 the gate failed;
 2 usage or configuration error (bad policy, unreachable database, no rows),
@@ -22,8 +24,9 @@ from rich.console import Console
 
 from rewardflow.analysis.ab import Report, compare
 from rewardflow.analysis.gate import GateResult, Policy, PolicyError, evaluate, load_policy
-from rewardflow.analysis.render import gate_table, report_table
+from rewardflow.analysis.render import gate_table, lineage_table, report_table
 from rewardflow.analysis.rows import AnalysisError
+from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings, load_settings
 
 
@@ -52,6 +55,17 @@ def _rows(settings: Settings | None, rows_file: Path | None, checkpoints: list[s
     assert settings is not None
     try:
         return fetch_rewards(settings, checkpoints, spec)
+    except SourceError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _registry(settings: Settings | None) -> Registry | None:
+    if settings is None:
+        return None
+    from rewardflow.analysis.source import SourceError, fetch_registry
+
+    try:
+        return fetch_registry(settings)
     except SourceError as exc:
         raise _fail(str(exc)) from None
 
@@ -90,7 +104,8 @@ def command(
     settings = None if rows_file is not None else load_settings()
     rows = _rows(settings, rows_file, [baseline, candidate], spec_version)
     try:
-        report = compare(rows, baseline, candidate, spec_version=spec_version, confidence=confidence)
+        report = compare(rows, baseline, candidate, spec_version=spec_version, confidence=confidence,
+                         registry=_registry(settings))
     except AnalysisError as exc:
         raise _fail(str(exc)) from None
     gate = evaluate(report, gate_policy) if gate_policy is not None else None
@@ -101,6 +116,8 @@ def command(
     else:
         out = Console(width=None if sys.stdout.isatty() else 132)
         out.print(report_table(report))
+        if (lineage := lineage_table(report)) is not None:
+            out.print(lineage)
         if gate is not None:
             out.print(gate_table(gate))
     if html is not None:

@@ -5,6 +5,9 @@ With ``--trainer``: only rows newer than that trainer's cursor, and the cursor
 advances once the file is complete (see :mod:`rewardflow.trainer.export`), so
 repeated exports hand each sample to the trainer exactly once. Works while the
 pipeline runs (a busy chDB directory is read through its owner's endpoint).
+Every row carries its checkpoint's lineage (``policy_generation``, ``policy_age_s``,
+``policy_lag``); ``--max-policy-lag N`` exports only rows of registered checkpoints at most N
+generations behind the newest one, and the rows it skips are behind the trainer's cursor afterwards.
 Exit codes: 0 done; 2 a fixable error, one ``error:`` line on stderr.
 """
 
@@ -35,6 +38,10 @@ def command(
     trainer: Annotated[str | None, typer.Option("--trainer", help="Export only rows new to this trainer, then advance its cursor.")] = None,
     include_provisional: Annotated[bool, typer.Option("--include-provisional", help="Also export provisional outcomes.")] = False,
     settle: Annotated[float, typer.Option("--settle", help="Seconds a row must be old to be exported (trainer mode).")] = 10.0,
+    max_policy_lag: Annotated[int | None, typer.Option(
+        "--max-policy-lag", min=0,
+        help="Only rows of registered checkpoints at most this many generations behind the newest "
+             "(rewardflow checkpoints); skipped rows are behind the trainer's cursor afterwards.")] = None,
 ) -> None:
     """Export reward records to Parquet, with a progress bar and the final count."""
     settings = load_settings()
@@ -42,7 +49,8 @@ def command(
     try:
         reader = RewardReader(
             trainer=trainer, checkpoint=checkpoint, spec_version=spec_version,
-            only_final=not include_provisional, settle_s=settle if trainer else 0.0, settings=settings,
+            only_final=not include_provisional, max_policy_lag=max_policy_lag,
+            settle_s=settle if trainer else 0.0, settings=settings,
         )
     except ClickHouseError as exc:
         raise _fail(str(exc)) from None

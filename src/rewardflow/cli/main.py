@@ -32,6 +32,7 @@ _GROUPS = {
     "rewards": "Reward specs: list, check and replay.",
     "tokens": "Bearer tokens of the read endpoint: create, list, revoke.",
     "keys": "Keys of the ingestion edge: create, list, revoke.",
+    "checkpoints": "The checkpoint registry behind policy lineage: register, list.",
 }
 _COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench", "codegen", "collect"]
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.tables import EVENTS, REWARD_WINDOWS, REWARDS
 from rewardflow.clickhouse.tables_ops import ALERTS, DEAD_LETTERS, EXCLUSIONS, LATE_EVENTS
-from rewardflow.clickhouse.tables_state import INGEST_KEYS, REWARD_SPECS, SCHEMA_MIGRATIONS, SINK_BATCHES, TRAINER_CURSORS
+from rewardflow.clickhouse.tables_state import (
+    CHECKPOINTS,
+    INGEST_KEYS,
+    REWARD_SPECS,
+    SCHEMA_MIGRATIONS,
+    SINK_BATCHES,
+    TRAINER_CURSORS,
+)
 from rewardflow.kafka.topics import TABLE_OF_TOPIC
 
 ALL_TABLES: tuple[TableDef, ...] = (
@@ -25,6 +32,7 @@ ALL_TABLES: tuple[TableDef, ...] = (
     REWARD_SPECS,
     SCHEMA_MIGRATIONS,
     INGEST_KEYS,
+    CHECKPOINTS,
 )
 BY_NAME: dict[str, TableDef] = {t.name: t for t in ALL_TABLES}
 

@@ -27,6 +27,10 @@ class AccessDenied(ClickHouseError):
     """The read endpoint refused the token (missing, unknown, revoked) or its role may not do this."""
 
 
+class WriteRefused(ClickHouseError):
+    """The owner's endpoint refused a write that contradicts what is stored (HTTP 409); ``str()`` says why."""
+
+
 class ClickHouseUnavailable(ClickHouseError):
     """ClickHouse cannot take writes right now (down, unreachable, overloaded); retry later."""
 
@@ -69,7 +73,7 @@ def clean_message(exc: BaseException) -> str:
     body = _TRAILER.sub("", _DUP.sub("", text)).strip()
     body = re.sub(r"\s*\n\s*", " ", body)
     if code in (60, 81) and re.search(r"(table|database)\b.*\b(rewards|events|reward_windows|trainer_cursors|ingest_keys|"
-                                      r"dead_letters|late_events|exclusions|alerts|rewardflow)\b", body, re.I):
+                                      r"checkpoints|dead_letters|late_events|exclusions|alerts|rewardflow)\b", body, re.I):
         body += (" (the rewardflow tables are created by `rewardflow db migrate`, which `rewardflow run` "
                  "also does at start)")
     return f"Code {code}: {body}" if code is not None else body

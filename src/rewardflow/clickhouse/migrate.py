@@ -28,12 +28,13 @@ from rewardflow.clickhouse.ddl import add_projection, create_database, create_ta
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.rowtypes import check as check_row_types
 from rewardflow.clickhouse.tables import BY_SEQ, REWARDS
-from rewardflow.clickhouse.tables_state import INGEST_KEYS, REWARD_SPECS, SCHEMA_MIGRATIONS
-from rewardflow.clickhouse.views import ALL_VIEWS
+from rewardflow.clickhouse.tables_state import CHECKPOINTS, INGEST_KEYS, REWARD_SPECS, SCHEMA_MIGRATIONS
+from rewardflow.clickhouse.views import ALL_VIEWS, REWARDS_LINEAGE
 
-# Migration 1 created every table of the catalogue as it stood then; tables added to the
-# catalogue later get their own migration, so migration 1 renders the same statements forever.
-_LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name, INGEST_KEYS.name})
+# Migrations 1 and 2 created every table and view of the catalogue as it stood then; tables and
+# views added to the catalogue later get their own migration, so 1 and 2 render the same statements forever.
+_LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name, INGEST_KEYS.name, CHECKPOINTS.name})
+_LATER_VIEWS = frozenset({REWARDS_LINEAGE.name})
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "reward tables",
         lambda ttl: [create_table(t, events_ttl_days=ttl, projections=False) for t in ALL_TABLES if t.name not in _LATER],
     ),
-    Migration(2, "analyst views", lambda ttl: [v.ddl() for v in ALL_VIEWS]),
+    Migration(2, "analyst views", lambda ttl: [v.ddl() for v in ALL_VIEWS if v.name not in _LATER_VIEWS]),
     Migration(
         3,
         "topic ids in the sink ledger",
@@ -62,6 +63,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # the trainer pull reads rewards in _seq order; existing rows get the projection by a background mutation
     Migration(5, "rewards in _seq order for the trainer pull", lambda ttl: add_projection(REWARDS, BY_SEQ.name)),
     Migration(6, "keys of the ingestion edge", lambda ttl: [create_table(INGEST_KEYS)]),
+    Migration(7, "checkpoint registry and rewards_lineage", lambda ttl: [create_table(CHECKPOINTS), REWARDS_LINEAGE.ddl()]),
 )
 
 

@@ -7,11 +7,14 @@ Wire protocol (served by :mod:`rewardflow.readapi`):
   as a non-JSON body, e.g. ``curl -H "Authorization: Bearer $T" -d 'SELECT 1' host:port/query``)
   -> an Arrow IPC *stream* (``application/vnd.apache.arrow.stream``).
 * ``POST /cursor`` ``{"trainer", "cursor", "rows", "filters", "database"}`` -> 204.
+* ``POST /keys`` and ``POST /checkpoints`` (the owner's token only): ingestion keys and checkpoint
+  registrations, JSON in and out (:mod:`rewardflow.readapi.app`).
 
 Every request but ``/health`` carries ``Authorization: Bearer <token>``
 (:mod:`rewardflow.readapi.tokens`). Statuses: 401 no or bad token; 403 a
 statement that is not a read (body ``refused: …``) or a role that may not do
-this; 400 ClickHouse's message or a bad cursor; 413 a body over the limit; 503
+this; 400 ClickHouse's message or a bad cursor; 409 a registration that contradicts the
+registry (:class:`~.errors.WriteRefused`); 413 a body over the limit; 503
 with ``Retry-After`` when the endpoint runs as many queries as it may.
 
 Blocking: every call is synchronous HTTP with ``timeout`` seconds per socket
@@ -30,7 +33,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from rewardflow.clickhouse.errors import AccessDenied, QueryError, ReaderUnavailable
+from rewardflow.clickhouse.errors import AccessDenied, QueryError, ReaderUnavailable, WriteRefused
 from rewardflow.clickhouse.readers import CursorError
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
 
@@ -92,6 +95,8 @@ class RemoteReader:
                 raise AccessDenied(message) from None
             if exc.code == 400 and path in ("/cursor", "/keys"):
                 raise CursorError(message) from None
+            if exc.code == 409:
+                raise WriteRefused(message) from None
             if exc.code == 503:
                 raise ReaderUnavailable(f"the read endpoint {self.url} is busy ({message}); retry") from None
             raise QueryError(message) from None
@@ -117,6 +122,11 @@ class RemoteReader:
     def manage_keys(self, body: Mapping[str, Any]) -> Any:
         """One ingestion-key operation (``/keys``, the owner's token only): create, revoke or list."""
         with self._post("/keys", body) as resp:
+            return json.loads(resp.read())
+
+    def manage_checkpoints(self, body: Mapping[str, Any]) -> Any:
+        """One checkpoint-registry operation (``/checkpoints``, the owner's token only): register."""
+        with self._post("/checkpoints", body) as resp:
             return json.loads(resp.read())
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""Bookkeeping tables: trainer cursors, the sink's batch ledger, the reward spec ledger, schema migrations.
+"""Bookkeeping tables: trainer cursors, the sink's batch ledger, the reward spec ledger, schema migrations,
+the keys of the ingestion edge and the checkpoint registry.
 
 These are written by rewardflow itself, not fed from a topic.
 """
@@ -101,5 +102,27 @@ INGEST_KEYS = TableDef(
     ),
     engine="ReplacingMergeTree(_seq)",
     order_by="(key_id)",
+    settings=sink_settings(),
+)
+
+CHECKPOINTS = TableDef(
+    name="checkpoints",
+    doc="The checkpoint registry (rewardflow checkpoints register): which checkpoint each one was trained from and "
+    "when it went live. One row per checkpoint; a lineage never changes, so of several rows of one checkpoint_id "
+    "the first inserted (smallest _seq) is the registration (rewardflow.lineage.store writes it).",
+    columns=(
+        C("checkpoint_id", "String", "The checkpoint, as named by InferenceServed.checkpoint_id."),
+        C("parent_id", "String", "The registered checkpoint it was trained from; '' for a root."),
+        C("generation", "UInt32", "0 for a root, else the parent's generation + 1."),
+        C("deployed_at_ms", "Int64", "When the checkpoint started serving, epoch ms."),
+        C("note", "String", "Free text for people (run name, data mix, ...)."),
+        C("registered_at", "DateTime64(6, 'UTC')", "Server time of the registration.", "sink", "now64(6, 'UTC')"),
+        ms_alias("deployed_at_ms", "deployed_at"),
+        SEQ,
+        INSERTED_AT,
+        KEEP_FIRST,
+    ),
+    engine="ReplacingMergeTree(_keep)",
+    order_by="(checkpoint_id)",
     settings=sink_settings(),
 )

@@ -9,6 +9,13 @@
   merged by summing; mergeable maps are summed key-wise. Latency quantiles of a
   merged window come from its ``latency_hist`` in Python
   (:func:`merged_latency_quantile`).
+* ``rewards_lineage`` - every row of ``rewards FINAL`` with the lineage of its
+  checkpoint from the registry ``checkpoints``, computed when read (a checkpoint
+  registered after its rows were stored gets lineage too): ``policy_generation``,
+  ``policy_age_s`` (served_ts minus the checkpoint's deployed_at_ms, seconds) and
+  ``policy_lag`` (the highest registered generation minus policy_generation); all
+  three are NULL for a checkpoint that is not registered. The registry is read once
+  per query, so every row's lag counts from the same newest generation.
 """
 
 from __future__ import annotations
@@ -108,7 +115,30 @@ GROUP BY window_key
 """,
 )
 
-ALL_VIEWS: tuple[ViewDef, ...] = (REWARDS_LATEST, REWARDS_DAILY, WINDOWS_MERGED)
+REWARDS_LINEAGE = ViewDef(
+    "rewards_lineage",
+    "Every rewards row (FINAL) with its checkpoint's lineage from the registry: policy_generation, policy_age_s "
+    "(served_ts minus the checkpoint's deployed_at_ms, seconds) and policy_lag (generations behind the newest "
+    "registered one); NULL when the checkpoint is not registered.",
+    """
+SELECT
+    rewards.*,
+    lineage.policy_generation AS policy_generation,
+    (rewards.served_ts - lineage.deployed_at_ms) / 1000 AS policy_age_s,
+    lineage.policy_lag AS policy_lag
+FROM rewards FINAL
+LEFT JOIN (
+    SELECT
+        checkpoint_id,
+        toNullable(generation) AS policy_generation,
+        toNullable(deployed_at_ms) AS deployed_at_ms,
+        toNullable(toUInt32(max(generation) OVER () - generation)) AS policy_lag
+    FROM (SELECT checkpoint_id, generation, deployed_at_ms FROM checkpoints ORDER BY _seq LIMIT 1 BY checkpoint_id)
+) AS lineage ON rewards.checkpoint_id = lineage.checkpoint_id
+""",
+)
+
+ALL_VIEWS: tuple[ViewDef, ...] = (REWARDS_LATEST, REWARDS_DAILY, WINDOWS_MERGED, REWARDS_LINEAGE)
 
 
 def merged_latency_quantile(latency_hist: Mapping[int, int], q: float) -> float:

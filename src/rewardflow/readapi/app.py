@@ -33,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from rewardflow.clickhouse.connect import local_reader
 from rewardflow.clickhouse.ddl import quote_ident
 from rewardflow.clickhouse.dsn import Dsn
-from rewardflow.clickhouse.errors import QueryError
+from rewardflow.clickhouse.errors import QueryError, clean_message, is_driver_error
 from rewardflow.clickhouse.readers import CursorError, LocalReader
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
 from rewardflow.clickhouse.remote import ARROW_STREAM, SERVICE
@@ -162,7 +162,44 @@ def create_app(service: ReadService) -> FastAPI:
             return PlainTextResponse(f"keys: {exc}"[:300], 400)
         return JSONResponse(result)
 
+    @app.post("/checkpoints")
+    async def checkpoints(request: Request) -> Response:
+        """Checkpoint registrations, for ``rewardflow checkpoints`` while this process owns the engine: the
+        owner's token only; 409 for a registration the registry refuses."""
+        from rewardflow.lineage.registry import LineageError
+
+        admitted = await _admitted(service, request, limit)
+        if isinstance(admitted, Response):
+            return admitted
+        grant, body = admitted
+        if grant.role != "owner":
+            return PlainTextResponse("forbidden: checkpoints are registered with the owner's token", 403)
+        try:
+            doc = orjson.loads(body)
+            result = await run_in_threadpool(_manage_checkpoints, service, doc)
+        except LineageError as exc:
+            return PlainTextResponse(str(exc), 409)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return PlainTextResponse(f"checkpoints: {exc}"[:300], 400)
+        except Exception as exc:  # noqa: BLE001 - ClickHouse's error, one line to the client
+            message = clean_message(exc) if is_driver_error(exc) else f"{type(exc).__name__}: {exc}"
+            return PlainTextResponse(message[:500], 500)
+        return JSONResponse(result)
+
     return app
+
+
+def _manage_checkpoints(service: ReadService, doc: dict[str, Any]) -> Any:
+    from rewardflow.clickhouse.connect import get_client
+    from rewardflow.lineage.store import manage
+
+    if not isinstance(doc, dict):
+        raise TypeError("the body must be a JSON object")
+    client = get_client(dsn=service.dsn.with_database(doc.get("database")))
+    try:
+        return manage(client, doc)
+    finally:
+        client.close()
 
 
 def _manage_keys(service: ReadService, doc: dict[str, Any]) -> Any:

@@ -6,6 +6,10 @@ the file is complete and closed; the reader's cursor is committed only after
 that rename (when ``commit``). So a crash leaves either no file and no cursor
 move, or the whole file and possibly no cursor move (the next export repeats
 those rows) - never a cursor past rows that are not in a file.
+
+The file has the reader's columns: the record columns, ``_seq`` and the lineage columns
+(:mod:`rewardflow.lineage.columns`); the reader's filters, ``max_policy_lag`` among them, decide
+its rows.
 """
 
 from __future__ import annotations

@@ -32,13 +32,19 @@ def cursor_of(reader: Reader, trainer: str) -> int:
 
 
 def where_clause(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``WHERE``-able conditions and parameters for the reader's filters."""
+    """``WHERE``-able conditions and parameters for the reader's filters.
+
+    ``checkpoint_ids`` (a list, possibly empty) keeps only rows of those checkpoints; the reader
+    computes it from the checkpoint registry for ``max_policy_lag``."""
     conds: list[str] = []
     params: dict[str, Any] = {}
     for col in _FILTER_COLUMNS:
         if filters.get(col) is not None:
             conds.append(f"{col} = {{{col}:String}}")
             params[col] = filters[col]
+    if filters.get("checkpoint_ids") is not None:
+        conds.append("checkpoint_id IN {checkpoint_ids:Array(String)}")
+        params["checkpoint_ids"] = list(filters["checkpoint_ids"])
     if filters.get("only_final", True):
         conds.append("provisional = 0")
     return " AND ".join(conds), params

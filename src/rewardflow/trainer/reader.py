@@ -27,15 +27,25 @@ position (``trainer_cursors``) and ``horizon`` is the id of "now minus
 
 ``trainer=None`` makes a snapshot reader: it starts from the beginning and
 cannot commit. One reader per trainer name at a time. Filters (checkpoint, spec version,
-surface, arm, only_final) narrow what this trainer receives; rows filtered out
+surface, arm, only_final, max_policy_lag) narrow what this trainer receives; rows filtered out
 are behind its cursor afterwards and are not offered to it later.
+
+Lineage: every batch ends with ``policy_generation``, ``policy_age_s`` and ``policy_lag``
+(:mod:`rewardflow.lineage.columns`), computed from the checkpoint registry as it is when the
+iteration starts (read once per iteration), so a checkpoint registered after its rows were
+stored still gives them lineage; null for a checkpoint that is not registered.
+``max_policy_lag=N`` hands out only rows whose checkpoint is registered and at most N
+generations behind the newest registered one (judged at the start of each iteration; the
+ids travel as one ``Array(String)`` parameter). A row skipped that way is behind the cursor
+afterwards, like any filtered row: registering its checkpoint later does not bring it back.
 
 Speed: the rows come from the ``by_seq`` projection (rows sorted by ``_seq``),
 so no sort of the wide rows; deduplication runs only when a count says the
 window holds a duplicate (:mod:`.query`); on chDB the result is streamed
 block by block. A reader cut short (closed mid-iteration) raises instead of
 ending, so its position never jumps to the horizon. Blocking: iteration runs
-three small queries and one streamed one; :meth:`commit` one small insert.
+four small queries (cursor, horizon, duplicates, registry) and one streamed one;
+:meth:`commit` one small insert.
 """
 
 from __future__ import annotations
@@ -48,6 +58,9 @@ import pyarrow as pa
 
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.readers import Reader
+from rewardflow.lineage.columns import LineageColumns, lineage_schema
+from rewardflow.lineage.registry import Registry
+from rewardflow.lineage.store import load_registry
 from rewardflow.settings import Settings, load_settings
 from rewardflow.trainer.query import count_sql, cursor_of, duplicates_sql, horizon_sql, rewards_sql
 
@@ -65,6 +78,7 @@ class RewardReader:
         surface: str | None = None,
         arm: str | None = None,
         only_final: bool = True,
+        max_policy_lag: int | None = None,
         batch_rows: int = 65_536,
         settle_s: float = 10.0,
         database: str | None = None,
@@ -73,12 +87,14 @@ class RewardReader:
     ) -> None:
         if trainer is not None and not trainer:
             raise ValueError("trainer name must not be empty (None = snapshot without a cursor)")
+        if max_policy_lag is not None and max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be 0 or more, not {max_policy_lag}")
         from rewardflow.clickhouse.connect import open_reader
 
         self.trainer = trainer
         self.filters: dict[str, Any] = {
             "checkpoint_id": checkpoint, "spec_version": spec_version, "surface": surface,
-            "experiment_arm": arm, "only_final": only_final,
+            "experiment_arm": arm, "only_final": only_final, "max_policy_lag": max_policy_lag,
         }
         self.batch_rows = batch_rows
         self.settle_ms = int(settle_s * 1000)
@@ -92,17 +108,24 @@ class RewardReader:
         return 0 if self.trainer is None else cursor_of(self._reader, self.trainer)
 
     def schema(self) -> pa.Schema:
-        """The Arrow schema of the batches (record columns, then ``_seq``)."""
-        sql, params = rewards_sql(self.filters, 0, 0)
-        return self._reader.query_arrow(sql, params).schema
+        """The Arrow schema of the batches (record columns, ``_seq``, then the lineage columns)."""
+        sql, params = rewards_sql(self._filters(Registry()), 0, 0)
+        return lineage_schema(self._reader.query_arrow(sql, params).schema)
 
     def count_new(self) -> int:
         """Rows after the committed cursor that match the filters (ignores the settle window)."""
-        sql, params = count_sql(self.filters, self.cursor)
+        registry = load_registry(self._reader) if self.filters["max_policy_lag"] is not None else Registry()
+        sql, params = count_sql(self._filters(registry), self.cursor)
         return int(self._reader.query_arrow(sql, params).column(0)[0].as_py())
 
+    def _filters(self, registry: Registry) -> dict[str, Any]:
+        """The SQL filters: the reader's, and the checkpoints within ``max_policy_lag`` of ``registry``."""
+        lag = self.filters["max_policy_lag"]
+        return {**self.filters, "checkpoint_ids": None if lag is None else registry.within(lag)}
+
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        """Yield the rows after the committed cursor in ``_seq`` order, batches of at most ``batch_rows``."""
+        """Yield the rows after the committed cursor in ``_seq`` order, batches of at most ``batch_rows``,
+        each with the lineage columns of the registry read when the iteration starts."""
         start = self.cursor
         horizon = int(self._reader.query_arrow(horizon_sql(), {"ms": self.settle_ms}).column(0)[0].as_py())
         self._position, self._handed = start, 0
@@ -110,8 +133,11 @@ class RewardReader:
             return
         window = {"after": start, "upto": horizon}
         dedup = bool(self._reader.query_arrow(duplicates_sql(), window).column(0)[0].as_py())
-        sql, params = rewards_sql(self.filters, start, horizon, dedup=dedup)
-        for batch in _rechunk(self._reader.stream_arrow(sql, params), self.batch_rows):
+        registry = load_registry(self._reader)
+        lineage = LineageColumns(registry)
+        sql, params = rewards_sql(self._filters(registry), start, horizon, dedup=dedup)
+        batches = (lineage.append(b) for b in self._reader.stream_arrow(sql, params))
+        for batch in _rechunk(batches, self.batch_rows):
             self._position = int(batch.column("_seq")[-1].as_py())
             self._handed += batch.num_rows
             yield batch
