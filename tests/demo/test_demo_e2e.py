@@ -141,6 +141,17 @@ def test_story_page_shows_verdicts_rules_and_alerted_windows(demo: RunDemo) -> N
     assert "Deploy gate: the rules" in page and "max_rise_points" in page
     assert "clarifying_rate on ckpt-cand-b" in page or "edit_rate on ckpt-cand-b" in page  # a shaded alert band
     assert "Replay under the next spec: v1 → v2" in page
+    assert "Policy lineage" in page
+
+
+def test_story_reports_each_arms_policy_lineage(demo: RunDemo) -> None:
+    summary = demo("story")
+    for ck in (CAND, GAMING):
+        lineage = summary["candidates"][ck]["report"]["lineage"]
+        assert (lineage[BASE]["parent_id"], lineage[BASE]["generation"]) == ("", 0)
+        assert (lineage[ck]["parent_id"], lineage[ck]["generation"]) == (BASE, 1)
+        assert lineage[ck]["deployed_at_ms"] == summary["sim_start_ms"]  # went live as its traffic started
+        assert lineage[ck]["deployed_at_ms"] - lineage[BASE]["deployed_at_ms"] == 5 * 3_600_000
 
 
 def test_regressed_candidate_is_detected_and_blocked(demo: RunDemo, kafka_broker: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from rewardflow.analysis.gate import Policy
-from rewardflow.analysis.render import report_table
+from rewardflow.analysis.render import lineage_table, report_table
 from rewardflow.analysis.story_html import render_story
 from rewardflow.analysis.windows import merge_windows
 from rewardflow.demo.reconcile import Check, reconcile_table
@@ -44,6 +44,9 @@ def print_story(judged: Mapping[str, Any], checks: list[Check], alerts: Sequence
     out = Console()
     for j in judged.values():
         out.print(report_table(j.report))
+        lineage = lineage_table(j.report)
+        if lineage is not None:
+            out.print(lineage)
     out.print(reconcile_table(checks))
     if alerts:
         out.print(f"[bold red]{len(alerts)} Goodhart alert(s):")

@@ -33,6 +33,7 @@ from rewardflow.settings import Settings
 
 BASELINE, CANDIDATE, GAMING = "ckpt-base", "ckpt-cand", "ckpt-cand-b"
 CHECKPOINTS = [BASELINE, CANDIDATE, GAMING]
+RETRAIN_PERIOD_MS = 5 * 3_600_000
 
 COUNT_SQL = """
 SELECT
@@ -103,6 +104,7 @@ class DemoRunner:
         ensure_topics(s)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         prepare_database(s)
+        self._register_lineage()
         self.sink = RewardSink(s)
         self._sink_thread = threading.Thread(target=self.sink.run, args=(self._stop,), name="demo-sink")
         self._sink_thread.start()
@@ -110,6 +112,21 @@ class DemoRunner:
         self.worker.start()
         self.console.print(f"worker pid {self.worker.proc.pid if self.worker.proc else '?'}, "
                            f"log {self.worker.log_path}; data {self.run_dir}")
+
+    def _register_lineage(self) -> None:
+        """The story's checkpoints in the registry: the baseline went live one retrain period (5 h) before
+        the traffic, and both candidates were trained from it and went live as the traffic starts."""
+        from rewardflow.clickhouse.connect import as_dsn, get_client
+        from rewardflow.lineage.store import CheckpointStore
+
+        client = get_client(dsn=as_dsn(self.settings.dsn))
+        try:
+            store = CheckpointStore(client)
+            store.register(BASELINE, "", self.start_ms - RETRAIN_PERIOD_MS, "the serving policy")
+            for candidate in (CANDIDATE, GAMING):
+                store.register(candidate, BASELINE, self.start_ms, "trained from live traffic of the baseline")
+        finally:
+            client.close()
 
     def _start_edge(self) -> Any:
         """``rewardflow collect`` in a process of its own (a core of its own), reading the keys through
@@ -237,13 +254,14 @@ class DemoRunner:
 
     def _report(self, truth: Any, expected: Counts, counts: Counts, done: bool, alerts: list[Any],
                 json_only: bool, out_dir: Path, policy_path: Path | None) -> int:
-        from rewardflow.analysis.source import fetch_rewards, fetch_windows
+        from rewardflow.analysis.source import fetch_registry, fetch_rewards, fetch_windows
         from rewardflow.demo.present import print_story, write_story
         from rewardflow.demo.story import judge, load_gate, next_spec, replay_shift
 
         spec = self._spec_version()
         policy = load_gate(policy_path)
-        judged = judge(fetch_rewards(self.settings, CHECKPOINTS, spec), BASELINE, [CANDIDATE, GAMING], spec, alerts, policy)
+        judged = judge(fetch_rewards(self.settings, CHECKPOINTS, spec), BASELINE, [CANDIDATE, GAMING], spec, alerts, policy,
+                       fetch_registry(self.settings))
         shift = None
         nxt = next_spec(self.settings, spec)
         blocked = [a for a in alerts if judged[a["checkpoint_id"]].verdict.alerts]

@@ -23,6 +23,7 @@ from typing import Any
 from rewardflow.analysis.ab import Report, compare
 from rewardflow.analysis.gate import DEFAULT_POLICY, GateResult, Policy, evaluate, load_policy
 from rewardflow.analysis.verdict import Verdict, verdict_of
+from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings
 
 
@@ -53,11 +54,12 @@ class ReplayShift:
 
 
 def judge(rows: Any, baseline: str, candidates: list[str], spec: str, alerts: list[Any],
-          policy: Policy) -> dict[str, Judged]:
-    """Report, gate and verdict of every candidate (pure, over final reward rows)."""
+          policy: Policy, registry: Registry | None = None) -> dict[str, Judged]:
+    """Report, gate and verdict of every candidate (pure, over final reward rows), each report with
+    its arms' lineage when ``registry`` is given."""
     out = {}
     for cand in candidates:
-        report = compare(rows, baseline, cand, spec_version=spec)
+        report = compare(rows, baseline, cand, spec_version=spec, registry=registry)
         gate = evaluate(report, policy)
         out[cand] = Judged(report, gate, verdict_of(report, gate, alerts))
     return out
