@@ -87,8 +87,11 @@ class JoinWorker:
         self.specs = active_specs(settings)
         self.metrics = WorkerMetrics(settings.dead_letter_ratio_limit, settings.dead_letter_window_s)
         self.processors: dict[int, PartitionProcessor] = {}
+        datadir = settings.home / "worker-data"  # Faust's own files (the tables live in memory and the changelog)
+        datadir.mkdir(parents=True, exist_ok=True)
         self.app = faust.App(
             settings.topic("worker"),
+            datadir=str(datadir / settings.topic("worker")),
             broker=f"kafka://{settings.kafka_bootstrap}",
             broker_credentials=_credentials(settings),
             store="memory://",

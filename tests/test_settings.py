@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rewardflow.settings import Settings, SettingsError, load_settings
@@ -63,3 +65,16 @@ def test_min_insync_above_the_replication_factor_fails_fast() -> None:
         Settings(topic_min_insync_replicas=2)
     ok = Settings(topic_replication_factor=3, topic_min_insync_replicas=2, table_standby_replicas=1)
     assert (ok.topic_replication_factor, ok.topic_min_insync_replicas, ok.table_standby_replicas) == (3, 2, 1)
+
+
+def test_the_worker_keeps_its_files_under_the_home_not_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rewardflow_streams.app import JoinWorker
+
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    s = Settings(home=home, topic_prefix="t1.")
+    conf = JoinWorker(s, web=False).app.conf
+    assert Path(conf.datadir) == home / "worker-data" / "t1.worker"
+    assert Path(conf.datadir).parent.is_dir() and list(cwd.iterdir()) == []
