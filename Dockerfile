@@ -43,8 +43,8 @@ FROM deps AS runtime
 LABEL org.opencontainers.image.title="rewardflow" \
       org.opencontainers.image.description="Self-hosted feedback and reward platform for real-time RL of coding agents" \
       org.opencontainers.image.licenses="Apache-2.0"
-# REWARDFLOW_HOME (state, caches, the Faust worker's data directory: the working
-# directory) belongs to the runtime user; mount a volume there to keep it.
+# REWARDFLOW_HOME (state, caches, the Faust worker's data directory worker-data/;
+# also the working directory) belongs to the runtime user; mount a volume there to keep it.
 RUN groupadd --system --gid 10001 rewardflow \
  && useradd --system --uid 10001 --gid rewardflow --home-dir /var/lib/rewardflow \
         --no-create-home --shell /usr/sbin/nologin rewardflow \
