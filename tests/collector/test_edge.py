@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rewardflow.collector.edge import Refused, admit, decode_body
+from rewardflow.collector.edge import EVENTS_SHAPE, Refused, admit, decode_json, inflate
 from rewardflow.collector.redact import redact
 from tests.factories import T0, ev, turn
 
@@ -23,6 +23,11 @@ def _doc(events: list[dict[str, Any]], sent_at: int = NOW) -> dict[str, Any]:
 
 def _admit(doc: dict[str, Any], org: str = "org", **kw: Any) -> Any:
     return admit(doc, org, NOW, max_events=kw.pop("max_events", 500), tolerance_ms=kw.pop("tolerance_ms", 1000))
+
+
+def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
+    """What the edge does with a ``POST /v1/events`` body before admitting it."""
+    return decode_json(inflate(body, encoding, max_bytes), EVENTS_SHAPE)
 
 
 def test_gzip_is_inflated_within_the_limit_and_a_bomb_is_refused() -> None:

@@ -1,11 +1,11 @@
 """What the edge does with one request body, as pure functions: decode, admit, correct, redact.
 
 A request is ``{"sent_at": <client clock at send, epoch ms>, "events": [<event>, …]}`` (JSON,
-optionally gzip), each event in the contract of ``schemas/``. :func:`decode_body` turns the bytes
-into that document or raises :class:`Refused` (400 malformed, 413 too large). :func:`admit` judges
-each event with the contract's own validator and returns the events to produce, grouped by
-session in request order, and the rejected ones by index with field and reason; valid events of
-a partly bad request are kept.
+optionally gzip), each event in the contract of ``schemas/``. :func:`inflate` undoes gzip and
+:func:`decode_json` parses the document; both raise :class:`Refused` (400 malformed, 413 too large,
+415 another encoding). :func:`admit` judges each event with the contract's own validator and
+returns the events to produce, grouped by session in request order, and the rejected ones by
+index with field and reason; valid events of a partly bad request are kept.
 
 Tenancy: the key decides the org. An event without ``org_id`` gets the key's; an event naming
 another org makes the whole request :class:`Refused` (403): a client that mixes tenants is
@@ -107,11 +107,6 @@ def decode_json(body: bytes, shape: str = "{…}") -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise Refused(400, f"body: expected an object {shape}")
     return doc
-
-
-def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
-    """The request document of ``POST /v1/events``."""
-    return decode_json(inflate(body, encoding, max_bytes), EVENTS_SHAPE)
 
 
 def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int, tolerance_ms: int) -> Admitted:
