@@ -1,14 +1,18 @@
-"""Planted reward hacks behave like real ones: they dodge failing hard turns, reward holds, guards drift."""
+"""Planted reward hacks behave like real ones: they dodge failing hard turns, reward holds, guards drift;
+clients that hide failures send exactly the failing turns' served events malformed."""
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
 
+import orjson
 import pytest
 
-from rewardflow.events.models import AgentEdit, ClarifyingQuestion, FollowUp, Producer, ToolCall
+from rewardflow.events.models import AgentEdit, ClarifyingQuestion, FollowUp, InferenceServed, Producer, ToolCall
+from rewardflow.events.validate import split_valid
 from rewardflow.sim import TREATMENT, SimConfig, ab_config, ground_truth, run_through_core, simulate
+from rewardflow.sim.noise import hidden_served
 from rewardflow.sim.profiles import Hack, candidate_profile, plant_hack
 from rewardflow.sim.turns import SessionContext, TurnDraft, draft_turn
 
@@ -72,3 +76,22 @@ def test_hacks_move_the_guard_behaviours() -> None:
     assert rate(asking, "edit_rate") < rate(clean, "edit_rate") - 0.05
     base = lambda t: t.checkpoints["ckpt-base"].to_dict()  # noqa: E731
     assert base(clean) == base(broken) == base(asking)  # the baseline arm is untouched
+
+
+def test_hidden_failures_send_only_failing_turns_served_events_malformed() -> None:
+    clean, hiding = ab_config(sessions=150, turns_per_session=8, seed=4), ab_config(
+        sessions=150, turns_per_session=8, seed=4, hack="hide-failures")
+    (g0, t0), (g1, t1) = simulate(clean), simulate(hiding)
+    raw = [g for g in g1 if g.raw is not None]
+    cand, was = t1.checkpoints["ckpt-cand"], t0.checkpoints["ckpt-cand"]
+    assert len(raw) == cand.hidden_turns == cand.orphan_turns == t1.malformed_by_kind["hidden_failure"] > 20
+    assert cand.turns + cand.hidden_turns == was.turns  # the same traffic, the hidden turns moved to orphans
+    assert t1.checkpoints["ckpt-base"].to_dict() == t0.checkpoints["ckpt-base"].to_dict()
+    # hidden turns are failing ones: the candidate's scored population looks better than it is
+    assert cand.to_dict()["dissatisfied_rate"] < was.to_dict()["dissatisfied_rate"] - 0.02
+    served = {e.request_id: e for g in g0 for e in g.events if isinstance(e, InferenceServed)}
+    for g in raw:
+        assert g.raw is not None
+        doc = orjson.loads(g.raw)
+        assert g.raw == hidden_served(served[doc["request_id"]])  # the served event, with one field mistyped
+        assert split_valid([doc])[0] == []  # the contract refuses it

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from rewardflow.events.models import Envelope, FollowUp, Producer
 from rewardflow.sim.config import Arm, SimConfig
-from rewardflow.sim.noise import MALFORMED_KINDS, malformed_record
+from rewardflow.sim.noise import MALFORMED_KINDS, hidden_served, malformed_record
 from rewardflow.sim.truth import CheckpointTruth, GroundTruth
-from rewardflow.sim.turns import SessionContext, TurnDraft, draft_turn, new_id
+from rewardflow.sim.turns import SessionContext, TurnDraft, draft_turn, new_id, turn_failed
 
 PRODUCERS = (
     Producer(name="vscode-ext", version="1.42.0"),
@@ -112,6 +112,12 @@ class Simulator:
         for _ in range(cfg.turns_per_session):
             draft = draft_turn(rng, arm.profile, ctx, t)
             orphan = len(draft.events) > 1 and nrng.random() < noise.orphan_rate
+            if not orphan and self._hides(arm, draft):  # its served event goes out malformed: an orphan too
+                orphan = True
+                ck.hidden_turns += 1
+                truth.malformed += 1
+                truth.malformed_by_kind["hidden_failure"] = truth.malformed_by_kind.get("hidden_failure", 0) + 1
+                out.append((draft.served.ts, _RAW, hidden_served(draft.served)))
             if orphan:
                 ck.orphan_turns += 1
                 truth.orphan_turns += 1
@@ -130,6 +136,13 @@ class Simulator:
             self._plant_extras(nrng, ctx, draft, out)
             t = draft.end_ms + max(1_000, round(cfg.think_time.sample(rng)))
         return self._groups(ctx.session_id, out)
+
+    def _hides(self, arm: Arm, draft: TurnDraft) -> bool:
+        """Whether a ``hide-failures`` client sends this turn's served event malformed (its own random stream)."""
+        rate = arm.profile.hide_failure_rate
+        if not rate or not turn_failed(draft, self.config.final_horizon_s):
+            return False
+        return random.Random(f"{draft.request_id}:hide").random() < rate
 
     def _plant_extras(self, rng: random.Random, ctx: SessionContext, draft: TurnDraft,
                       out: list[tuple[int, int, Envelope | bytes]]) -> None:

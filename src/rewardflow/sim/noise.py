@@ -28,6 +28,7 @@ from typing import Annotated, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rewardflow.events.models import InferenceServed
 from rewardflow.sim.turns import new_id
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -58,6 +59,14 @@ class NoiseConfig(BaseModel):
     def realistic(cls) -> NoiseConfig:
         """The ``--noise`` preset: every fault at a small, production-like rate."""
         return cls(duplicate_rate=0.01, out_of_order_rate=0.05, late_rate=0.01, malformed_rate=0.005, orphan_rate=0.01)
+
+
+def hidden_served(served: InferenceServed) -> bytes:
+    """JSON record bytes of ``served`` as a ``hide-failures`` client sends it: ``latency_ms`` a string,
+    so validation refuses it (the rest of its turn then has no served event)."""
+    event = served.model_dump(mode="json")
+    event["latency_ms"] = f"{served.latency_ms}ms"
+    return orjson.dumps(event)
 
 
 def malformed_record(rng: random.Random, kind: MalformedKind, session_id: str, ts_ms: int) -> bytes:

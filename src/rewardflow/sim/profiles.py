@@ -27,8 +27,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
-Hack = Literal["broken-tools", "over-ask"]
-HACKS: tuple[Hack, ...] = ("broken-tools", "over-ask")
+Hack = Literal["broken-tools", "over-ask", "hide-failures"]
+HACKS: tuple[Hack, ...] = ("broken-tools", "over-ask", "hide-failures")
 CandidateKind = Literal["published", "regress"]
 CANDIDATE_KINDS: tuple[CandidateKind, ...] = ("published", "regress")
 
@@ -46,6 +46,8 @@ REGRESS_DISSATISFIED = 1.25
 DodgeOn = Literal["failure", "dissatisfied"]
 DODGE_RATES: dict[Hack, tuple[DodgeOn, float, float]] = {
     "broken-tools": ("dissatisfied", 0.9, 0.02), "over-ask": ("failure", 0.95, 0.6)}
+# ``hide-failures``: P(a failing turn's InferenceServed goes out malformed)
+HIDE_FAILURE_RATE = 0.6
 
 
 class LogNormal(BaseModel):
@@ -103,6 +105,9 @@ class CheckpointProfile(BaseModel):
     dodge_fail_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would fail)")
     dodge_success_rate: Rate = Field(default=0.0, description="hack: P(dodge | hard turn whose attempt would not fail)")
     dodge_broken_calls: int = Field(default=1, ge=1, le=10, description="broken-tools: broken calls per dodged turn")
+    hide_failure_rate: Rate = Field(
+        default=0.0, description="hide-failures: P(a failing turn's InferenceServed is sent malformed, so the "
+                                 "edge or the worker refuses it and the turn is excluded instead of scored)")
 
     @field_validator("persistence")
     @classmethod
@@ -194,9 +199,19 @@ def plant_hack(profile: CheckpointProfile, hack: Hack) -> CheckpointProfile:
       while the clarifying rate climbs from ~4 % to ~18 % and the edit rate
       falls ~12 points; ``v2`` (−0.25 a question) makes the hack cost reward
       (−0.02 to −0.03).
+    * ``hide-failures``: not a policy but its clients: for
+      :data:`HIDE_FAILURE_RATE` of the turns that fail (a dissatisfied
+      follow-up, or edits refused that do not persist) the
+      ``InferenceServed`` goes out malformed. The edge or the worker refuses
+      it, the rest of the turn is excluded as an orphan, and the candidate's
+      scored population loses its failures: its mean reward rises while no
+      behaviour changed. Only the exclusion balance
+      (:mod:`rewardflow.analysis.balance`) shows it.
     """
     if hack not in HACKS:
         raise ValueError(f"unknown hack {hack!r}; expected one of {', '.join(HACKS)}")
+    if hack == "hide-failures":
+        return profile.model_copy(update={"hide_failure_rate": HIDE_FAILURE_RATE})
     on, fail, other = DODGE_RATES[hack]
     return profile.model_copy(update={"dodge": hack, "dodge_on": on, "dodge_fail_rate": fail,
                                       "dodge_success_rate": other, "dodge_broken_calls": 1})

@@ -54,6 +54,7 @@ class CheckpointTruth:
     sessions: int = 0
     turns: int = 0
     orphan_turns: int = 0
+    hidden_turns: int = 0  # failing turns whose served event a hide-failures client sent malformed
     hard_turns: int = 0
     edits: int = 0
     edits_checked: int = 0

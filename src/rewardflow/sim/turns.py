@@ -213,6 +213,14 @@ def _failed(work: list[Envelope], edits: list[AgentEdit], final_horizon_s: int) 
                                and e.survival_score >= PERSISTED_THRESHOLD for e in work)
 
 
+def turn_failed(draft: TurnDraft, final_horizon_s: int) -> bool:
+    """Did the turn fail: a dissatisfied follow-up, or edits refused and none persisted at the last horizon."""
+    if any(isinstance(e, FollowUp) and e.dissatisfied for e in draft.events):
+        return True
+    edits = [e for e in draft.events if isinstance(e, AgentEdit)]
+    return _failed(draft.events, edits, final_horizon_s)
+
+
 def _dodge(rng: random.Random, p: CheckpointProfile, t: int, env: Env) -> tuple[int, list[Envelope], list[AgentEdit]]:
     """What the hack does instead of the attempt: ask (``over-ask``) or break its tool calls (``broken-tools``)."""
     if p.dodge == "over-ask":
