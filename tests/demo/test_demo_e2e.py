@@ -11,7 +11,9 @@ once per module and shared by the tests:
   alert; the one gaming the reward (over-asking) is alerted in the first 1 h window while its
   reward holds, fails the gate naming the rules, and loses its reward lead under ``v2``;
 * ``regress``: the first candidate clearly worse: the persistence drop is detected with the right
-  sign, it is blocked, and ``rewardflow compare --policy default`` fails it too.
+  sign, it is blocked, and ``rewardflow compare --policy default`` fails it too. The second one's
+  clients hide failing turns (``--hack hide-failures``): the exclusion balance alerts in the first
+  window and the gate refuses it, though its reward looks better.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def _cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Com
 @pytest.fixture(scope="module")
 def demo(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> RunDemo:
     """``demo(name)``: the JSON summary of demo ``name`` (story | regress), run once per module."""
-    options = {"story": [], "regress": ["--candidate-profile", "regress"]}
+    options = {"story": [], "regress": ["--candidate-profile", "regress", "--hack", "hide-failures"]}
     done: dict[str, dict[str, Any]] = {}
 
     def run(name: str) -> dict[str, Any]:
@@ -135,13 +137,40 @@ def test_story_replays_the_alerted_window_under_the_next_spec(demo: RunDemo) -> 
     assert "--spec" in shift["command"] and "v2.toml" in shift["command"]
 
 
+def test_story_exclusions_are_balanced(demo: RunDemo) -> None:
+    summary = demo("story")
+    assert not [a for a in summary["alerts"] if a["monitor"].startswith("exclusion_")]
+    for ck in (CAND, GAMING):
+        cand = summary["candidates"][ck]
+        counts = cand["report"]["exclusions"]
+        assert counts[ck]["turns"] == summary["truth"]["turns_per_checkpoint"][ck]
+        assert counts[ck]["orphan"] == summary["truth"]["checkpoints"][ck]["orphan_turns"]
+        rule = next(r for r in cand["gate"]["results"] if r["metric"] == "excluded_rate")
+        assert rule["passed"] and "not evaluated" not in rule["reason"], rule
+
+
+def test_hidden_failures_are_caught_by_the_exclusion_balance(demo: RunDemo) -> None:
+    summary = demo("regress")
+    game, truth = summary["candidates"][GAMING], summary["truth"]["checkpoints"][GAMING]
+    assert truth["hidden_turns"] > 0 and summary["truth"]["checkpoints"][BASE]["hidden_turns"] == 0
+    counts = game["report"]["exclusions"][GAMING]
+    assert counts["orphan"] == truth["orphan_turns"] >= truth["hidden_turns"]
+    assert game["report"]["metrics"]["mean_reward"]["delta"] > 0  # hiding failures makes it look better
+    alerts = [a for a in summary["alerts"] if a["checkpoint_id"] == GAMING]
+    assert "exclusion_orphan" in {a["monitor"] for a in alerts}, alerts
+    assert min(a["window_start"] for a in alerts) == summary["sim_start_ms"]  # in the first window
+    assert not game["verdict"]["deploy"] and "excluded_rate" in _failed(game), game["gate"]
+    assert "exclusion balance alerts" in game["verdict"]["headline"]
+    assert summary["replay"] is None or summary["replay"]["candidate"] != GAMING  # no spec answers hidden turns
+
+
 def test_story_page_shows_verdicts_rules_and_alerted_windows(demo: RunDemo) -> None:
     page = Path(demo("story")["html"]).read_text()
     assert "Verdicts" in page and "DEPLOY" in page and "BLOCK" in page
     assert "Deploy gate: the rules" in page and "max_rise_points" in page
     assert "clarifying_rate on ckpt-cand-b" in page or "edit_rate on ckpt-cand-b" in page  # a shaded alert band
     assert "Replay under the next spec: v1 → v2" in page
-    assert "Policy lineage" in page
+    assert "Policy lineage" in page and "Exclusions (turns kept out of the rewards)" in page
 
 
 def test_story_reports_each_arms_policy_lineage(demo: RunDemo) -> None:
@@ -171,3 +200,8 @@ def test_regressed_candidate_is_detected_and_blocked(demo: RunDemo, kafka_broker
     assert doc["report"]["metrics"]["persistence_rate"]["delta"] == pytest.approx(persistence["delta"])
     failed = {r["metric"] for r in doc["gate"]["results"] if not r["passed"]}
     assert "persistence_rate" in failed, doc["gate"]
+    assert doc["report"]["exclusions"] == cand["report"]["exclusions"]  # read from the tables, as the demo did
+    proc = _cli(["alerts", "--evaluate", "--baseline", BASE, "--checkpoint", GAMING, "--json"], env, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    monitors = {orjson.loads(line)["monitor"] for line in proc.stdout.splitlines()}
+    assert "exclusion_orphan" in monitors, monitors

@@ -15,6 +15,11 @@ Metrics (per arm, then candidate − baseline with a two-sided CI):
   least one broken tool call / clarifying question / edit, over turns (the
   guard behaviours that reveal reward hacking).
 
+Given each arm's exclusions (:mod:`rewardflow.analysis.balance`), the report also compares the
+share of turns kept out of the rewards: ``excluded_rate`` (any reason), ``dead_letter_rate``,
+``orphan_rate`` and ``late_rate`` (binomial SE over the arm's population of turns). A candidate
+whose turns vanish more often than the baseline's is judged on a different population.
+
 Relative deltas are ``candidate / baseline − 1`` (the published "+2.28 %").
 
 Lineage: given the checkpoint registry, the report carries each arm's registered checkpoint
@@ -29,12 +34,13 @@ rows under the chosen spec.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import orjson
 
+from rewardflow.analysis.balance import ArmExclusions
 from rewardflow.analysis.rows import AnalysisError, ArmSample, arm_samples, final_rows, require_columns, to_dicts
 from rewardflow.analysis.stats import Difference, Estimate, difference, mean_estimate, quantile_estimate, ratio_estimate
 from rewardflow.lineage.registry import Checkpoint, Registry
@@ -66,6 +72,15 @@ METRICS: dict[str, MetricDef] = {m.name: m for m in (
     MetricDef("clarifying_rate", "clarifying turns", "rate", False, _share("clarifying")),
     MetricDef("edit_rate", "edit turns", "rate", True, _share("edited")),
 )}
+
+
+# exclusion metric -> (the balance reason it reads, label)
+EXCLUSION_METRICS: dict[str, tuple[str, str]] = {
+    "excluded_rate": ("excluded", "excluded turns"),
+    "dead_letter_rate": ("dead_letter", "dead-lettered turns"),
+    "orphan_rate": ("orphan", "orphan turns"),
+    "late_rate": ("late", "turns with late signals"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,7 @@ class Report:
     turns: dict[str, int]  # checkpoint -> final rows (turns)
     metrics: dict[str, MetricDelta]
     lineage: dict[str, Checkpoint | None] | None = None  # checkpoint -> its registration; None: not looked up
+    exclusions: dict[str, dict[str, int]] | None = None  # checkpoint -> population and turns by reason; None: not given
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in asdict(self).items() if k != "metrics"}
@@ -134,18 +150,38 @@ class Report:
 
 
 def metric_delta(m: MetricDef, base: ArmSample, cand: ArmSample, confidence: float) -> MetricDelta:
-    a, b = m.estimate(base), m.estimate(cand)
+    return estimate_delta(m.name, m.label, m.unit, m.higher_is_better, m.estimate(base), m.estimate(cand), confidence)
+
+
+def estimate_delta(name: str, label: str, unit: Unit, higher_is_better: bool, a: Estimate, b: Estimate,
+                   confidence: float) -> MetricDelta:
+    """Baseline ``a`` and candidate ``b`` of one metric, and their difference."""
     d = difference(a, b)
     lo, hi = d.interval(confidence)
     rlo, rhi = d.rel_interval(confidence)
-    return MetricDelta(m.name, m.label, m.unit, m.higher_is_better, a.value, b.value, a.n, b.n, d.delta, d.se,
+    return MetricDelta(name, label, unit, higher_is_better, a.value, b.value, a.n, b.n, d.delta, d.se,
                        d.df, lo, hi, d.rel, d.rel_se, rlo, rhi, confidence)
 
 
+def exclusion_deltas(base: ArmExclusions, cand: ArmExclusions, confidence: float) -> dict[str, MetricDelta]:
+    """The exclusion metrics of two arms (:data:`EXCLUSION_METRICS`)."""
+    return {name: estimate_delta(name, label, "rate", False, base.estimate(reason), cand.estimate(reason), confidence)
+            for name, (reason, label) in EXCLUSION_METRICS.items()}
+
+
+def _counts(arm: ArmExclusions) -> dict[str, int]:
+    return {"turns": arm.turns, "population": arm.population,
+            **{reason: arm.count(reason) for reason, _ in EXCLUSION_METRICS.values()},
+            "scoring_error": arm.count("scoring_error")}
+
+
 def compare(rows: Any, baseline: str, candidate: str, *, spec_version: str | None = None,
-            confidence: float = 0.95, registry: Registry | None = None) -> Report:
+            confidence: float = 0.95, registry: Registry | None = None,
+            exclusions: Mapping[str, ArmExclusions] | None = None) -> Report:
     """The A/B report of ``candidate`` vs ``baseline`` from reward rows, with each arm's lineage from
-    ``registry`` when given (see module doc)."""
+    ``registry`` and the exclusion metrics from ``exclusions`` (checkpoint -> the turns it lost; its
+    scored turns are its final rows here) when given (see module doc). An arm missing from
+    ``exclusions`` lost no turn."""
     if baseline == candidate:
         raise AnalysisError("baseline and candidate must be different checkpoints")
     data = to_dicts(rows)
@@ -160,5 +196,12 @@ def compare(rows: Any, baseline: str, candidate: str, *, spec_version: str | Non
     base, cand = arms[baseline], arms[candidate]
     metrics = {name: metric_delta(m, base, cand, confidence) for name, m in METRICS.items()}
     lineage = None if registry is None else {ck: registry.get(ck) for ck in (baseline, candidate)}
+    counts = None
+    if exclusions is not None:
+        # the scored population is the arm's final rows; the exclusions give the turns it lost
+        ex = {ck: ArmExclusions(arms[ck].turns, (exclusions.get(ck) or ArmExclusions()).units)
+              for ck in (baseline, candidate)}
+        metrics.update(exclusion_deltas(ex[baseline], ex[candidate], confidence))
+        counts = {ck: _counts(arm) for ck, arm in ex.items()}
     return Report(baseline, candidate, spec, confidence, {baseline: base.turns, candidate: cand.turns}, metrics,
-                  lineage)
+                  lineage, counts)

@@ -78,3 +78,21 @@ def lineage_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
         else:
             rows.append((arm, ck, c.parent_id or "(root)", str(c.generation), iso_ms(c.deployed_at_ms)))
     return rows
+
+
+EXCLUSION_HEAD = ("arm", "checkpoint", "scored turns", "dead-lettered", "orphan", "scoring error", "late signals",
+                  "excluded")
+
+
+def exclusion_rows(report: Report) -> list[tuple[str, ...]]:
+    """Per arm: its scored turns, its excluded turns by reason, and the excluded share of its population.
+    Empty when the report was made without exclusion counts."""
+    if report.exclusions is None:
+        return []
+    rows: list[tuple[str, ...]] = []
+    for arm, ck in (("baseline", report.baseline), ("candidate", report.candidate)):
+        c = report.exclusions[ck]
+        share = c["excluded"] / c["population"] if c["population"] else 0.0
+        rows.append((arm, ck, f"{c['turns']:,}", f"{c['dead_letter']:,}", f"{c['orphan']:,}",
+                     f"{c['scoring_error']:,}", f"{c['late']:,}", f"{c['excluded']:,} ({share:.2%})"))
+    return rows

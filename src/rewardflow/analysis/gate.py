@@ -16,7 +16,11 @@ Each rule reads the two-sided interval of the delta at its ``confidence``:
 
 A rule without its own ``confidence`` / ``test`` takes the policy-level value
 (defaults 0.95 and ``non_inferiority``). ``min_turns`` (policy level) fails
-the gate when an arm has fewer final rows.
+the gate when an arm has fewer final rows. A rule on an exclusion metric
+(``excluded_rate``, ``dead_letter_rate``, ``orphan_rate``, ``late_rate``)
+needs a report made with exclusion counts (``rewardflow compare`` reads them
+from ClickHouse); on a report without them (rows from a file) it is not
+evaluated, and its result says so.
 
 Contract: :func:`load_policy` raises :class:`PolicyError` with a one-line
 message naming the file and field; :func:`evaluate` is pure.
@@ -32,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rewardflow.analysis.ab import METRICS, MetricDelta, Report
+from rewardflow.analysis.ab import EXCLUSION_METRICS, METRICS, MetricDelta, Report
 from rewardflow.analysis.format import delta_suffix, fmt_change, fmt_conf
 
 Test = Literal["non_inferiority", "regression"]
@@ -63,8 +67,8 @@ class Rule(BaseModel):
     @field_validator("metric")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}; expected one of {', '.join(METRICS)}")
+        if v not in METRICS and v not in EXCLUSION_METRICS:
+            raise ValueError(f"unknown metric {v!r}; expected one of {', '.join([*METRICS, *EXCLUSION_METRICS])}")
         return v
 
     @model_validator(mode="after")
@@ -72,7 +76,7 @@ class Rule(BaseModel):
         given = [m for m in MARGINS if getattr(self, m) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of {', '.join(MARGINS)} (got {len(given)})")
-        if given[0].endswith("_points") and METRICS[self.metric].unit != "rate":
+        if given[0].endswith("_points") and self.metric in METRICS and METRICS[self.metric].unit != "rate":
             raise ValueError(f"{given[0]} applies to rate metrics only; use max_drop/max_rise or *_pct for {self.metric}")
         return self
 
@@ -166,6 +170,11 @@ def evaluate(report: Report, policy: Policy) -> GateResult:
     for ck, n in report.turns.items():
         if n < policy.min_turns:
             results.append(RuleResult("min_turns", False, f"min_turns: {ck} has {n} final rows, fewer than {policy.min_turns}"))
-    results.extend(check_rule(r, report.metrics[r.metric], confidence=policy.confidence, test=policy.test)
-                   for r in policy.rules)
+    for r in policy.rules:
+        m = report.metrics.get(r.metric)
+        if m is None:  # an exclusion metric of a report made without exclusion counts
+            results.append(RuleResult(r.metric, True, f"{r.metric}: not evaluated: the report has no exclusion "
+                                                      "counts (rows read from a file)"))
+            continue
+        results.append(check_rule(r, m, confidence=policy.confidence, test=policy.test))
     return GateResult(all(r.passed for r in results), results)

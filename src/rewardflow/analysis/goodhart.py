@@ -159,7 +159,8 @@ def _p(stat: float, direction: int, df: float | None) -> float:
     return min(1.0, 2 * _sf(abs(stat), df)) if direction == 0 else _sf(stat * direction, df)
 
 
-def _rate_test(x1: float, n1: float, x0: float, n0: float) -> tuple[float, float, float, float | None]:
+def rate_test(x1: float, n1: float, x0: float, n0: float) -> tuple[float, float, float, float | None]:
+    """Two-proportion z-test of x1/n1 against x0/n0 (n1, n0 > 0): (p1, p0, z, None: normal)."""
     p1, p0 = x1 / n1, x0 / n0
     p = (x1 + x0) / (n1 + n0)
     se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n0))
@@ -190,7 +191,7 @@ def _check(m: Monitor, c: Cell, b: Cell, cfg: MonitorConfig) -> tuple[float, flo
     if min(c.sums["samples"], b.sums["samples"]) < cfg.min_samples or n1 <= 0 or n0 <= 0:
         return None
     if m.kind == "rate":
-        v1, v0, stat, df = _rate_test(c.sums[m.num], n1, b.sums[m.num], n0)
+        v1, v0, stat, df = rate_test(c.sums[m.num], n1, b.sums[m.num], n0)
         effect = v1 - v0
     else:
         v1, v0, stat, df = _mean_test(c, b)

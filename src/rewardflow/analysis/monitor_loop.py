@@ -3,7 +3,8 @@
 Every ``interval`` seconds the loop reads the window partials from ClickHouse,
 keeps the windows every reporting partition has moved past (see
 :func:`closed_rows`), evaluates the monitors of
-:mod:`rewardflow.analysis.goodhart` and publishes alerts it has not published
+:mod:`rewardflow.analysis.goodhart` and, given a baseline, the exclusion balance of
+:mod:`rewardflow.analysis.balance` (largest window size), and publishes alerts it has not published
 before to the ``alerts`` topic (the sink writes them to the ``alerts`` table).
 
 Contract: a daemon thread; any error is logged and retried next round, never
@@ -67,7 +68,10 @@ class MonitorLoop(threading.Thread):
 
         rows = closed_rows(fetch_windows_all(self.settings).to_pylist())
         cfg = MonitorConfig(baseline="same_window" if self.baseline else "trailing")
-        alerts = [a for a in evaluate_windows(rows, self.baseline, cfg) if a["alert_id"] not in self.published]
+        alerts = evaluate_windows(rows, self.baseline, cfg)
+        if self.baseline:  # the exclusion balance compares arms: it needs the baseline
+            alerts += self._balance(rows, self.baseline)
+        alerts = [a for a in alerts if a["alert_id"] not in self.published]
         if not alerts:
             return 0
         producer = Producer(self.settings.kafka_client_config())
@@ -78,3 +82,15 @@ class MonitorLoop(threading.Thread):
             for a in alerts:
                 log.warning("GOODHART ALERT %s on %s: %s", a["monitor"], a["checkpoint_id"], a["message"])
         return len(alerts)
+
+    def _balance(self, rows: list[Mapping[str, Any]], baseline: str) -> list[Any]:
+        """Exclusion-balance alerts over the closed windows of the largest size."""
+        from rewardflow.analysis.balance import balance_alerts, mean_rewards
+        from rewardflow.analysis.source import fetch_balance
+
+        size = max(self.settings.window_sizes_s)
+        spec = max((str(r["spec_version"]) for r in rows), default=None)
+        b = fetch_balance(self.settings, rows, window_s=size, spec_version=spec)
+        closed = {int(r["window_start"]) for r in rows if int(r["window_size_s"]) == size}
+        alerts = balance_alerts(b, baseline, rewards=mean_rewards(rows, window_s=size, spec_version=spec or ""))
+        return [a for a in alerts if a["window_start"] in closed]  # exclusions of open windows wait

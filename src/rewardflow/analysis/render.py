@@ -1,4 +1,4 @@
-"""Rich tables of an A/B :class:`Report`, of its arms' lineage and of a gate result (terminal output).
+"""Rich tables of an A/B :class:`Report`, of its arms' lineage and exclusions, and of a gate result (terminal output).
 
 Contract: pure; builds renderables, prints nothing itself.
 """
@@ -15,6 +15,8 @@ from rewardflow.analysis.format import (
     fmt_rel,
     fmt_rel_ci,
     fmt_value,
+    EXCLUSION_HEAD,
+    exclusion_rows,
     lineage_rows,
 )
 from rewardflow.analysis.gate import GateResult
@@ -54,6 +56,17 @@ def lineage_table(report: Report) -> Table | None:
         return None
     table = Table("arm", "checkpoint", "parent", "generation", "deployed_at (UTC)", title="policy lineage",
                   title_justify="left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def exclusion_table(report: Report) -> Table | None:
+    """Each arm's turns kept out of the rewards, by reason; None without exclusion counts."""
+    rows = exclusion_rows(report)
+    if not rows:
+        return None
+    table = Table(*EXCLUSION_HEAD, title="exclusions (turns kept out of the rewards)", title_justify="left")
     for row in rows:
         table.add_row(*row)
     return table

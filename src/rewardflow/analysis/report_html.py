@@ -32,6 +32,8 @@ from rewardflow.analysis.format import (
     fmt_rel,
     fmt_rel_ci,
     fmt_value,
+    EXCLUSION_HEAD,
+    exclusion_rows,
     lineage_rows,
 )
 from rewardflow.analysis.gate import GateResult
@@ -80,6 +82,16 @@ def lineage_html(report: Report) -> str:
     return f"<h2>Policy lineage</h2><table><tr>{head}</tr>{body}</table>"
 
 
+def exclusions_html(report: Report) -> str:
+    """Each arm's excluded turns by reason as a table ('' without exclusion counts)."""
+    rows = exclusion_rows(report)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in EXCLUSION_HEAD)
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<h2>Exclusions (turns kept out of the rewards)</h2><table><tr>{head}</tr>{body}</table>"
+
+
 def gate_html(gate: GateResult) -> str:
     verdict = '<span class="pass">PASS</span>' if gate.passed else '<span class="fail">FAIL</span>'
     rows = "".join(
@@ -104,7 +116,7 @@ def render_html(report: Report, points: dict[str, list[WindowPoint]], gate: Gate
         f"<p>Reward spec <b>{escape(report.spec_version)}</b>; final rows only; "
         f"{report.turns[report.baseline]:,} baseline and {report.turns[report.candidate]:,} candidate turns; "
         f"intervals at {fmt_conf(report.confidence)}. Δ = candidate − baseline; Δ% = candidate / baseline − 1.</p>"
-        f"{metrics_table(report)}{lineage_html(report)}{gate_html(gate) if gate else ''}"
+        f"{metrics_table(report)}{lineage_html(report)}{exclusions_html(report)}{gate_html(gate) if gate else ''}"
         f"<h2>Per window ({escape(size)}, event time, UTC)</h2>{''.join(charts)}</body></html>"
     )
 

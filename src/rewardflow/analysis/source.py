@@ -1,4 +1,5 @@
-"""Reads of the ClickHouse tables the analysis needs (``rewards``, ``reward_windows``, ``checkpoints``).
+"""Reads of the ClickHouse tables the analysis needs (``rewards``, ``reward_windows``, ``checkpoints``,
+and the exclusions: ``late_events``, ``exclusions``, ``dead_letters``).
 
 Kept in one small module so the analysis never touches a driver. Reads go
 through :func:`rewardflow.clickhouse.connect.open_reader` (a server DSN, a
@@ -80,6 +81,41 @@ def fetch_windows_all(settings: Settings) -> Any:
     """Every window partial (one row per ``window_id``), for the live monitors."""
     sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows LIMIT 1 BY window_id"
     return _query(settings, sql, {})
+
+
+def fetch_exclusions(settings: Settings) -> list[Any]:
+    """Every turn-level exclusion and dead letter, reduced for the balance (:mod:`rewardflow.analysis.balance`)."""
+    from rewardflow.analysis.balance import REASONS, from_dead_letters, from_exclusions
+
+    cols = "exclusion_id, reason, checkpoint_id, session_id, request_id, ts"
+    late = _query(settings, f"SELECT {cols} FROM (SELECT {cols} FROM late_events UNION ALL SELECT {cols} FROM exclusions) "
+                            "WHERE reason IN {r:Array(String)} LIMIT 1 BY exclusion_id", {"r": list(REASONS)})
+    dead = _query(settings, "SELECT dead_letter_id, session_id, original_b64 FROM dead_letters "
+                            "LIMIT 1 BY dead_letter_id", {})
+    return [*from_exclusions(late.to_pylist()), *from_dead_letters(dead.to_pylist())]
+
+
+def fetch_session_checkpoints(settings: Settings, sessions: Sequence[str]) -> dict[str, str]:
+    """The checkpoint that served most of each session's final rewards (sessions without one are absent)."""
+    out: dict[str, str] = {}
+    wanted = sorted({s for s in sessions if s})
+    for i in range(0, len(wanted), 5_000):
+        rows = _query(settings, "SELECT session_id, topK(1)(checkpoint_id)[1] AS ck FROM rewards "
+                                "WHERE provisional = 0 AND session_id IN {s:Array(String)} GROUP BY session_id",
+                      {"s": wanted[i:i + 5_000]})
+        out.update({str(r["session_id"]): str(r["ck"]) for r in rows.to_pylist()})
+    return out
+
+
+def fetch_balance(settings: Settings, window_rows: Any = (), *, window_s: int = 3600,
+                  spec_version: str | None = None) -> Any:
+    """The exclusion :class:`~rewardflow.analysis.balance.Balance`: scored turns from ``window_rows`` (partials of
+    ``window_s`` under ``spec_version``), excluded turns from the tables, attributed through their sessions."""
+    from rewardflow.analysis.balance import balance
+
+    items = fetch_exclusions(settings)
+    sessions = fetch_session_checkpoints(settings, [x.session_id for x in items if not x.checkpoint_id])
+    return balance(window_rows, items, sessions, window_s=window_s, spec_version=spec_version)
 
 
 def fetch_registry(settings: Settings) -> Registry:

@@ -4,7 +4,8 @@ Top to bottom: a verdict per candidate (deploy or block, and why; what was plant
 knows it); the gate's rule table with each candidate's result per rule; the per-window charts of
 every checkpoint with the windows a Goodhart monitor alerted on shaded and named; the replay of
 a blocked candidate's window under the next reward spec; then each candidate's full A/B table and
-gate reasons, with the policy lineage of its arms when the registry was read. Inline CSS and SVG, no
+gate reasons, with the policy lineage of its arms when the registry was read and their excluded
+turns by reason. Inline CSS and SVG, no
 scripts, no network.
 
 Contract: pure; every text is HTML-escaped. Deterministic for equal inputs.
@@ -18,7 +19,7 @@ from typing import Any
 
 from rewardflow.analysis.format import fmt_conf
 from rewardflow.analysis.gate import Policy
-from rewardflow.analysis.report_html import CSS, TITLES, gate_html, lineage_html, metrics_table
+from rewardflow.analysis.report_html import CSS, TITLES, exclusions_html, gate_html, lineage_html, metrics_table
 from rewardflow.analysis.svg import Band, line_chart
 from rewardflow.analysis.windows import SERIES, WindowPoint
 
@@ -99,13 +100,14 @@ def render_story(judged: Mapping[str, Any], policy: Policy, points: Mapping[str,
     baseline, spec = first.report.baseline, first.report.spec_version
     size = f"{window_size_s} s windows" if window_size_s else "no windows"
     details = "".join(f"<h2>{escape(ck)} vs {escape(baseline)}</h2>{metrics_table(j.report)}"
-                      f"{lineage_html(j.report)}{gate_html(j.gate)}" for ck, j in judged.items())
+                      f"{lineage_html(j.report)}{exclusions_html(j.report)}{gate_html(j.gate)}" for ck, j in judged.items())
     title = f"rewardflow: {len(judged)} candidate(s) against {baseline}"
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>"
         f"<p>Reward spec <b>{escape(spec)}</b>; final rows only; intervals at {fmt_conf(first.report.confidence)}. "
         f"Δ = candidate − baseline.</p>{_verdicts(judged, planted or {})}{_rules(policy, judged)}"
-        f"<h2>Per window ({escape(size)}, event time, UTC); shaded: windows a Goodhart monitor alerted on</h2>"
+        f"<h2>Per window ({escape(size)}, event time, UTC); shaded: windows a Goodhart or exclusion-balance "
+        f"monitor alerted on</h2>"
         f"{_charts(points, alerts)}{_replay(shift, baseline)}{details}</body></html>"
     )

@@ -1,6 +1,7 @@
 """A candidate's verdict: what its A/B report, the deploy gate and the Goodhart monitors say together.
 
-A candidate is **deployable** when the gate passes and no monitor alerted on it; otherwise it is
+A candidate is **deployable** when the gate passes and no monitor (Goodhart, or exclusion balance:
+``exclusion_<reason>``) alerted on it; otherwise it is
 **blocked**, and the verdict names every failed rule and every alert. Beside the decision it lists
 the significant gains and regressions among the outcome metrics (the published ones and mean
 reward), and whether each published metric moved in the published direction (persistence up,
@@ -45,8 +46,12 @@ class Verdict:
         why = []
         if self.failed_rules:
             why.append(f"gate failed on {', '.join(self.failed_rules)}")
-        if self.alerts:
-            why.append(f"Goodhart alerts: {', '.join(self.alerts)}")
+        goodhart = [a for a in self.alerts if not a.startswith("exclusion_")]
+        balance = [a for a in self.alerts if a.startswith("exclusion_")]
+        if goodhart:
+            why.append(f"Goodhart alerts: {', '.join(goodhart)}")
+        if balance:
+            why.append(f"exclusion balance alerts: {', '.join(balance)}")
         return "BLOCK: " + "; ".join(why)
 
     def to_dict(self) -> dict[str, Any]:

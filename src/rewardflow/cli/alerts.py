@@ -1,10 +1,13 @@
-"""``rewardflow alerts``: Goodhart alerts — a guard drifted while the reward held.
+"""``rewardflow alerts``: Goodhart alerts — a guard drifted while the reward held — and
+exclusion-balance alerts — one arm lost more of its turns than the baseline.
 
 By default lists the rows of the ``alerts`` table (once per ``alert_id``).
 With ``--evaluate`` it instead runs
 :func:`rewardflow.analysis.goodhart.evaluate_windows` now over the stored
-``reward_windows`` partials and prints what it finds, writing nothing (the
-stream worker publishes alerts to the ``alerts`` topic).
+``reward_windows`` partials and, given ``--baseline``, the exclusion balance
+(:mod:`rewardflow.analysis.balance`, the largest window size unless
+``--window-size``), and prints what it finds, writing nothing (the stream
+worker publishes alerts to the ``alerts`` topic).
 
 Exit codes: 0 printed (1 with ``--strict`` when there is any alert); 2 a
 fixable error, one line on stderr.
@@ -47,7 +50,23 @@ def _evaluated(checkpoint: str | None, baseline: str | None, cfg: MonitorConfig,
         alerts = evaluate_windows(rows, baseline, cfg, now_ms=int(time.time() * 1000))
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if baseline is not None and rows:
+        alerts += _balance(rows, baseline, cfg, spec)
     return [dict(a) for a in alerts if checkpoint is None or a["checkpoint_id"] == checkpoint]
+
+
+def _balance(rows: list[dict[str, Any]], baseline: str, cfg: MonitorConfig, spec: str | None) -> list[Any]:
+    from rewardflow.analysis.balance import BalanceConfig, balance_alerts, mean_rewards
+    from rewardflow.analysis.source import SourceError, fetch_balance
+
+    size = cfg.window_size_s or max(int(r["window_size_s"]) for r in rows)
+    spec = spec or max(str(r["spec_version"]) for r in rows)
+    try:
+        b = fetch_balance(load_settings(), rows, window_s=size, spec_version=spec)
+    except SourceError as exc:
+        raise fail(str(exc)) from None
+    return balance_alerts(b, baseline, BalanceConfig(alpha=cfg.alpha, min_samples=cfg.min_samples),
+                          mean_rewards(rows, window_s=size, spec_version=spec))
 
 
 def command(
@@ -62,7 +81,8 @@ def command(
     spec: Annotated[str | None, typer.Option("--spec", help="Only windows of this spec version.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when there is any alert.")] = False,
 ) -> None:
-    """List Goodhart alerts (guard behaviour drifting while mean reward holds or rises)."""
+    """List Goodhart alerts (guard behaviour drifting while mean reward holds or rises) and exclusion-balance
+    alerts (one arm losing more of its turns than the baseline)."""
     if mode not in ("same_window", "pooled", "trailing"):
         raise fail(f"--mode must be same_window, pooled or trailing, not {mode!r}")
     if evaluate and mode != "trailing" and baseline is None:
@@ -77,7 +97,7 @@ def command(
         sys.stdout.write("".join(orjson.dumps(a).decode() + "\n" for a in alerts))
     else:
         t = Table("window start", "checkpoint", "monitor", "value", "baseline", "p", "Δ reward", "message",
-                  title=f"{len(alerts)} Goodhart alert(s)")
+                  title=f"{len(alerts)} alert(s)")
         for a in alerts:
             t.add_row(time.strftime("%Y-%m-%d %H:%M", time.gmtime(a["window_start"] / 1000)), a["checkpoint_id"],
                       a["monitor"], f"{a['value']:.4g}", f"{a['baseline_value']:.4g} ({a['baseline']})",

@@ -24,7 +24,7 @@ from rich.console import Console
 
 from rewardflow.analysis.ab import Report, compare
 from rewardflow.analysis.gate import GateResult, Policy, PolicyError, evaluate, load_policy
-from rewardflow.analysis.render import gate_table, lineage_table, report_table
+from rewardflow.analysis.render import exclusion_table, gate_table, lineage_table, report_table
 from rewardflow.analysis.rows import AnalysisError
 from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings, load_settings
@@ -70,6 +70,18 @@ def _registry(settings: Settings | None) -> Registry | None:
         raise _fail(str(exc)) from None
 
 
+def _exclusions(settings: Settings | None) -> Any:
+    """Each checkpoint's excluded turns (None for rows read from a file)."""
+    if settings is None:
+        return None
+    from rewardflow.analysis.source import SourceError, fetch_balance
+
+    try:
+        return fetch_balance(settings).overall
+    except SourceError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _html(settings: Settings | None, out_dir: Path, report: Report, gate: GateResult | None, console: Console) -> None:
     from rewardflow.analysis.report_html import write_report
     from rewardflow.analysis.source import SourceError, fetch_windows
@@ -105,7 +117,7 @@ def command(
     rows = _rows(settings, rows_file, [baseline, candidate], spec_version)
     try:
         report = compare(rows, baseline, candidate, spec_version=spec_version, confidence=confidence,
-                         registry=_registry(settings))
+                         registry=_registry(settings), exclusions=_exclusions(settings))
     except AnalysisError as exc:
         raise _fail(str(exc)) from None
     gate = evaluate(report, gate_policy) if gate_policy is not None else None
@@ -118,6 +130,8 @@ def command(
         out.print(report_table(report))
         if (lineage := lineage_table(report)) is not None:
             out.print(lineage)
+        if (excluded := exclusion_table(report)) is not None:
+            out.print(excluded)
         if gate is not None:
             out.print(gate_table(gate))
     if html is not None:

@@ -9,7 +9,8 @@
    org); then moves event time past the last deadline with signed ticks, as the workers' idle
    clock would;
 4. waits until every simulated turn is finalised and written;
-5. stops everything cleanly; judges each candidate (A/B report, deploy gate, Goodhart alerts),
+5. stops everything cleanly; judges each candidate (A/B report, deploy gate, Goodhart alerts,
+   exclusion balance),
    replays a blocked candidate's alerted window under the next reward spec, prints the
    reconciliation of counts and a verdict per candidate, and writes the HTML page and a JSON
    summary.
@@ -48,7 +49,8 @@ def command(
                                                         "gains not resolved.")] = False,
     turns_per_session: Annotated[int, typer.Option(min=1, help="Agent turns per session.")] = 8,
     seed: Annotated[int, typer.Option(help="Simulation seed.")] = 7,
-    hack: Annotated[str, typer.Option(help="The reward hack the second candidate plays: over-ask | broken-tools.")] = "over-ask",
+    hack: Annotated[str, typer.Option(help="What the second candidate does: over-ask | broken-tools (reward hacks) | "
+                                                   "hide-failures (its clients send failing turns malformed).")] = "over-ask",
     candidate_profile: Annotated[str, typer.Option(
         help="The first candidate: published (the published A/B gains) | regress (clearly worse persistence).")] = "published",
     policy: Annotated[Path | None, typer.Option(help="Deploy gate policy TOML (default: the shipped example gate).")] = None,

@@ -1,7 +1,7 @@
 """How the demo shows its result: the terminal story and the one-page HTML report.
 
-The terminal prints, in order: each candidate's A/B table, the reconciliation of counts, the
-Goodhart alerts, the replay under the next spec, and last a verdict per candidate, so the final
+The terminal prints, in order: each candidate's A/B table (with its arms' lineage and exclusions),
+the reconciliation of counts, the Goodhart and exclusion-balance alerts, the replay under the next spec, and last a verdict per candidate, so the final
 lines a newcomer reads are the decisions.
 
 Contract: :func:`write_story` writes ``report.html`` into ``out_dir`` (created if needed; raises
@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from rewardflow.analysis.gate import Policy
-from rewardflow.analysis.render import lineage_table, report_table
+from rewardflow.analysis.render import exclusion_table, lineage_table, report_table
 from rewardflow.analysis.story_html import render_story
 from rewardflow.analysis.windows import merge_windows
 from rewardflow.demo.reconcile import Check, reconcile_table
@@ -47,13 +47,16 @@ def print_story(judged: Mapping[str, Any], checks: list[Check], alerts: Sequence
         lineage = lineage_table(j.report)
         if lineage is not None:
             out.print(lineage)
+        excluded = exclusion_table(j.report)
+        if excluded is not None:
+            out.print(excluded)
     out.print(reconcile_table(checks))
     if alerts:
-        out.print(f"[bold red]{len(alerts)} Goodhart alert(s):")
+        out.print(f"[bold red]{len(alerts)} monitor alert(s) (Goodhart and exclusion balance):")
         for a in alerts:
             out.print(f"  {a['monitor']} on {a['checkpoint_id']}: {a['message']}")
     else:
-        out.print("Goodhart monitors: no alerts")
+        out.print("Goodhart monitors and exclusion balance: no alerts")
     if shift is not None:
         out.print(f"[bold]replay of {shift.candidate}'s alerted window under {shift.spec_to}[/] (the next spec): its "
                   f"lead in mean reward over {shift.baseline} goes from {shift.lead('mean_from'):+.4f} "

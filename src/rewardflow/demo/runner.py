@@ -64,6 +64,7 @@ class DemoRunner:
         self.monitors = MonitorConfig(window_size_s=window_s)
         self.start_ms = 0  # set by run(): the simulation's whole span lies before the broker's clock
         self.planted: dict[str, str] = {}  # candidate -> what the simulation made it do
+        self.balance: Any = None  # the exclusion balance read by _monitor
 
     # ------------------------------------------------------------------ lifecycle
     def run(self, *, sessions: int, turns_per_session: int, seed: int, hack: str, noise: bool,
@@ -194,7 +195,8 @@ class DemoRunner:
                            sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
                            grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
         self.planted = {CANDIDATE: "the published gains" if candidate_kind == "published" else "a clearly worse model",
-                        GAMING: f"the published gains, and the {hack} reward hack"}
+                        GAMING: "the published gains, and clients that hide failing turns (hide-failures)"
+                        if hack == "hide-failures" else f"the published gains, and the {hack} reward hack"}
         sim = Simulator(cfg)
         admin = IngestKeys(get_client(dsn=s.dsn))  # a key per org, as each org's editors would hold
         orgs = [f"org-{i:04d}" for i in range(1, cfg.orgs + 1)] + ["org-sim"]
@@ -236,14 +238,19 @@ class DemoRunner:
                 time.sleep(1.0)
 
     def _monitor(self, truth: Any) -> list[Any]:
-        """Evaluate Goodhart monitors over the closed windows; publish alerts to the alerts topic."""
+        """Evaluate the Goodhart monitors and the exclusion balance over the closed windows; publish alerts
+        to the alerts topic."""
         from confluent_kafka import Producer
 
+        from rewardflow.analysis.balance import balance_alerts, mean_rewards
         from rewardflow.analysis.goodhart import alert_messages, evaluate_windows
-        from rewardflow.analysis.source import fetch_windows
+        from rewardflow.analysis.source import fetch_balance, fetch_windows
 
-        windows = fetch_windows(self.settings, CHECKPOINTS, self._spec_version())
-        alerts = evaluate_windows(windows.to_pylist(), BASELINE, self.monitors)
+        spec, size = self._spec_version(), self.monitors.window_size_s or max(self.settings.window_sizes_s)
+        rows = fetch_windows(self.settings, CHECKPOINTS, spec).to_pylist()
+        alerts = evaluate_windows(rows, BASELINE, self.monitors)
+        self.balance = fetch_balance(self.settings, rows, window_s=size, spec_version=spec)
+        alerts += balance_alerts(self.balance, BASELINE, rewards=mean_rewards(rows, window_s=size, spec_version=spec))
         if alerts:
             producer = Producer(self.settings.kafka_client_config())
             for key, value in alert_messages(alerts):
@@ -261,10 +268,11 @@ class DemoRunner:
         spec = self._spec_version()
         policy = load_gate(policy_path)
         judged = judge(fetch_rewards(self.settings, CHECKPOINTS, spec), BASELINE, [CANDIDATE, GAMING], spec, alerts, policy,
-                       fetch_registry(self.settings))
+                       fetch_registry(self.settings), self.balance.overall if self.balance is not None else None)
         shift = None
         nxt = next_spec(self.settings, spec)
-        blocked = [a for a in alerts if judged[a["checkpoint_id"]].verdict.alerts]
+        blocked = [a for a in alerts if judged[a["checkpoint_id"]].verdict.alerts  # the next spec answers a Goodhart
+                   and not str(a["monitor"]).startswith("exclusion_")]  # alert; an exclusion imbalance is no spec's
         if blocked and nxt is not None:
             first = min(blocked, key=lambda a: (a["window_start"], a["checkpoint_id"]))
             self.console.print(f"replaying {first['checkpoint_id']}'s alerted window under {nxt.spec.version} …")
@@ -281,6 +289,7 @@ class DemoRunner:
                    "replay": dataclasses.asdict(shift) if shift is not None else None,
                    "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
                    "alerts": alerts, "monitors": dataclasses.asdict(self.monitors), "sim_start_ms": self.start_ms,
+                   "unattributed_exclusions": self.balance.unattributed if self.balance is not None else None,
                    "edge": dataclasses.asdict(self.edge_stats) if self.edge_stats is not None else None,
                    "truth": truth.to_dict(), "html": str(html), "data_dir": str(self.run_dir)}
         (out_dir / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))

@@ -2,8 +2,8 @@
 
 For each candidate against the baseline: the A/B report, the deploy gate
 (:data:`~rewardflow.analysis.gate.DEFAULT_POLICY` unless another policy is given), the Goodhart
-alerts and the verdict (:mod:`rewardflow.analysis.verdict`). For every candidate that was blocked
-by an alert, the window of its first alert is replayed under the *next* reward spec version (the
+alerts, the exclusion balance (:mod:`rewardflow.analysis.balance`) and the verdict
+(:mod:`rewardflow.analysis.verdict`). For every candidate that was blocked by a Goodhart alert, the window of its first alert is replayed under the *next* reward spec version (the
 first registered version after the active one), with the baseline's turns of the same window, as
 ``rewardflow rewards replay --spec … --from … --to … --checkpoint … --dry-run`` would: the stored
 events through the stream's own core. The result is each checkpoint's mean reward under both
@@ -54,12 +54,13 @@ class ReplayShift:
 
 
 def judge(rows: Any, baseline: str, candidates: list[str], spec: str, alerts: list[Any],
-          policy: Policy, registry: Registry | None = None) -> dict[str, Judged]:
+          policy: Policy, registry: Registry | None = None, exclusions: Any = None) -> dict[str, Judged]:
     """Report, gate and verdict of every candidate (pure, over final reward rows), each report with
-    its arms' lineage when ``registry`` is given."""
+    its arms' lineage when ``registry`` is given and their exclusions when ``exclusions`` is
+    (checkpoint -> :class:`~rewardflow.analysis.balance.ArmExclusions`)."""
     out = {}
     for cand in candidates:
-        report = compare(rows, baseline, cand, spec_version=spec, registry=registry)
+        report = compare(rows, baseline, cand, spec_version=spec, registry=registry, exclusions=exclusions)
         gate = evaluate(report, policy)
         out[cand] = Judged(report, gate, verdict_of(report, gate, alerts))
     return out
