@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     tombstone_ms: int = Field(3_600_000, ge=0, description="How long a finalised turn is remembered to route late events.")
     window_sizes_s: list[int] = Field([300, 3600], description="Tumbling window sizes, seconds.")
     max_clock_skew_ms: int = Field(30_000, ge=0, le=3_600_000, description="An event dated further than this after its record's broker timestamp is dead-lettered (future_ts) and never moves a watermark.")
+    correction_window_ms: int = Field(
+        3_600_000, ge=0, le=7 * 86_400_000,
+        description="A signal for a finalised turn (a persistence check, an action, a follow-up) dated at most this "
+                    "long after the turn's final deadline corrects it: a new revision of its rewards and window "
+                    "deltas. Later signals go to late_events. Finalised turns keep their state this long, so the "
+                    "worker's state grows with the turns finalised in the window. 0 turns corrections off.")
     max_session_turns: int = Field(1_000, ge=1, le=100_000, description="Turns one session may hold: open ones plus finalised ones still remembered (tombstone_ms). An event that would open one more is dead-lettered (session_turn_limit).")
     max_session_events: int = Field(10_000, ge=1, le=1_000_000, description="Events one session may hold in those turns. An event beyond it is dead-lettered (session_event_limit).")
     tick_key: SecretStr | None = Field(None, description="Key the workers of a deployment sign idle ticks with (any long random string, the same on every worker). Unset: a key file under home, created on first use; required with a non-loopback Kafka.")

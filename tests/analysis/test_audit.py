@@ -168,3 +168,25 @@ def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.
     samples = len({r["sample_id"] for r in t.rewards if r["spec_version"] == "v1" and not r["provisional"]})
     assert f"warning: {samples:,} scored samples have no stored events" in res.stderr
     assert orjson.loads(res.stdout)["without_events"] == samples
+
+
+def test_corrections_are_counted_beside_the_exclusions() -> None:
+    """With a correction window, the same late signals correct their turns: not late, counted as corrected."""
+    from rewardflow.core.config import JoinConfig
+
+    cfg = JoinConfig(horizons_s=CFG.horizons_s, grace_ms=CFG.grace_ms, lateness_ms=CFG.lateness_ms,
+                     window_sizes_s=CFG.window_sizes_s, correction_ms=3_600_000)
+    f = Feed(cfg, [V1])
+    for item in _stream():
+        if not isinstance(item, bytes):
+            f.send(*item)
+    f.tick(f.proc.maxts + cfg.settle_ms)
+    for rid, (etype, fields, _) in LATE.items():
+        i = int(rid[1:])
+        f.send(ev(etype, rid, f"s{i // 2}", T0 + i * 5_000 + 3_000, **fields))
+    rep = audit_counts(V1, f.final("v1"), late=f.total.late, excluded=f.total.excluded, cfg=cfg)
+    lines = {ln.reason: ln for ln in rep.lines}
+    assert (lines["late"].rows, lines["corrected"].rows, lines["corrected"].samples) == (0, len(LATE), len(LATE))
+    assert rep.samples == N_TURNS + DODGES + ORPHANS  # a corrected turn is one sample, counted with its latest revision
+    latest = {r["sample_id"]: r for r in f.final("v1") if r["revision"]}
+    assert latest["r12"]["n_dissatisfied"] == 1 and latest["r10"]["n_accept"] == 2

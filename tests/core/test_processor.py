@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardflow.core.config import DictStore, EncodedStore
+from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
@@ -846,13 +846,14 @@ def test_restart_under_the_workers_commits_regressions(seed: int, crash_after: i
     restart_under_commits(seed, lambda label, lo, hi: min(max(picks[label], lo), hi))
 
 
-def restart_under_commits(seed: int, pick: Any) -> None:
-    """The property above for one seed; ``pick(label, lo, hi)`` chooses the crash point and commit."""
+def restart_under_commits(seed: int, pick: Any, cfg: JoinConfig = CFG, make: Any = workload) -> None:
+    """The property above for one seed; ``pick(label, lo, hi)`` chooses the crash point and commit;
+    ``make(seed)`` builds the records the join rules ``cfg`` process."""
     rng = random.Random(seed)
-    records = _with_far_tick(workload(seed), rng)
+    records = _with_far_tick(make(seed), rng)
     batches = _batches(rng, len(records))
     store = LoggedStore()
-    proc = PartitionProcessor(CFG, list(SPECS), store, "raw", 0)
+    proc = PartitionProcessor(cfg, list(SPECS), store, "raw", 0)
     outs, marks, given_commit, j = [], [0], [], 0
     for i, b in enumerate(batches):
         j = rng.randint(j, i)  # commits only move forward, and never past the batch being processed
@@ -863,7 +864,7 @@ def restart_under_commits(seed: int, pick: Any) -> None:
     partial = pick("writes of the next batch that survived", 0, 8)
     n_writes = marks[x + 1] + min(partial, marks[x + 2] - marks[x + 1])
     c = batches[pick("batch the broker's commit is at", given_commit[x + 1], x + 1)][0]
-    again = PartitionProcessor(CFG, list(SPECS), snapshot(store.log, n_writes), "raw", 0)
+    again = PartitionProcessor(cfg, list(SPECS), snapshot(store.log, n_writes), "raw", 0)
     tail = [again.process_batch([(*records[i], i) for i in r], 1_000_000, committed=c)
             for r in (range(b[0] + c, b[-1] + c + 1) for b in _batches(random.Random(seed + 1), len(records) - c))]
     def rows(kind: str, run: list[Any], skip: int) -> list[Any]:

@@ -209,10 +209,11 @@ def test_the_limit_does_not_depend_on_when_expired_tombstones_are_pruned(monkeyp
     assert pruned == unpruned == []  # ...but not in what they decide
 
 
-def test_a_session_at_its_limits_with_the_longest_ids_fits_the_bound_the_changelog_is_sized_for() -> None:
+@pytest.mark.parametrize("correction_ms", [0, 3_600_000])  # with corrections, tombstones keep their turn
+def test_a_session_at_its_limits_with_the_longest_ids_fits_the_bound_the_changelog_is_sized_for(correction_ms: int) -> None:
     long_id, short = "x" * 128, "y" * 64
     cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,),
-                     max_session_turns=40, max_session_events=400)
+                     max_session_turns=40, max_session_events=400, correction_ms=correction_ms)
 
     def event(kind: str, rid: int, i: int, **f: Any) -> dict[str, Any]:
         return ev(kind, f"{rid:04d}" + long_id[4:], long_id, T0 + i, event_id=f"{i:06d}" + short[6:], org_id=long_id,
@@ -380,3 +381,41 @@ def test_hostile_records_never_change_an_honest_sessions_rewards(
     want = finals([(at, encode_json(evs), JSON_H) for at, evs in honest])
     got = finals(mixed)
     assert got == want and len(want) == len(victims) * len(SPECS)
+
+
+def test_a_session_whose_turns_are_corrected_many_times_still_fits_the_bound() -> None:
+    """The worst case for corrections: every turn corrected again and again before any commit, so each
+    tombstone keeps its earlier revisions' outcomes (at most KEEP_REVISIONS - 1) for a restart."""
+    from rewardflow.core.corrections import KEEP_REVISIONS
+
+    long_id, short = "x" * 128, "y" * 64
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,),
+                     max_session_turns=40, max_session_events=400, correction_ms=3_600_000)
+
+    ids = iter(range(10**6))
+
+    def event(kind: str, rid: int, ts: int, **f: Any) -> dict[str, Any]:
+        return ev(kind, f"{rid:04d}" + long_id[4:], long_id, ts, event_id=f"{next(ids):06d}" + short[6:], org_id=long_id,
+                  producer={"name": short, "version": short}, **f)
+
+    store = EncodedStore(check=False)
+    proc = PartitionProcessor(cfg, list(SPECS), store, TOPIC, 0)
+    served = [event("InferenceServed", rid, T0 + rid, checkpoint_id=long_id, experiment_arm=short, ttft_ms=2**31 - 1,
+                    latency_ms=2**31 - 1, prompt_tokens=2**31 - 1, completion_tokens=2**31 - 1)
+              for rid in range(cfg.max_session_turns)]
+    proc.process(encode_json(served), JSON_H, 0, 0)
+    proc.process(orjson.dumps({"wm": T0 + 200_000}), TICK_HEADERS, 1, 0)  # every turn final
+    per_turn = (cfg.max_session_events - cfg.max_session_turns) // cfg.max_session_turns
+    at = T0 + 200_000
+    records = []
+    for k in range(per_turn):  # round after round of corrections, each turn's a tool call more
+        batch = [event("ToolCall", rid, at := at + 1, call_id=long_id, tool=long_id, status="broken", duration_ms=2**31 - 1,
+                       error_kind=long_id) for rid in range(cfg.max_session_turns)]
+        records.append((encode_json(batch), JSON_H, 2 + k))
+    out = proc.process_batch(records, 0)  # no commit known: earlier revisions are kept for a restart
+    assert not out.dead and {r["revision"] for r in out.rewards} == set(range(1, per_turn + 1))
+    tombs = orjson.loads(store.data["s:" + long_id])[4]
+    assert all(len(t[9]) == min(per_turn, KEEP_REVISIONS) for t in tombs.values())
+    bound = cfg.max_session_turns * TURN_BYTES + cfg.max_session_events * EVENT_BYTES
+    largest = len(store.data["s:" + long_id])
+    assert largest <= bound, f"{largest:,} bytes over the {bound:,} the limits promise"

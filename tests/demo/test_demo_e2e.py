@@ -149,6 +149,17 @@ def test_story_exclusions_are_balanced(demo: RunDemo) -> None:
         assert rule["passed"] and "not evaluated" not in rule["reason"], rule
 
 
+def test_story_late_signals_correct_their_turns(demo: RunDemo) -> None:
+    summary = demo("story")
+    corrected = summary["truth"]["corrected"]
+    assert corrected > 0 and summary["corrections"]["total"] == corrected
+    check = next(c for c in summary["reconciliation"] if "correction window" in c["check"])
+    assert check["ok"] and check["actual"] == corrected
+    example = summary["corrections"]["examples"][0]
+    assert example["revision"] >= 1 and example["latest_reward"] != example["first_reward"]
+    assert "<h2>Corrections</h2>" in Path(summary["html"]).read_text()
+
+
 def test_hidden_failures_are_caught_by_the_exclusion_balance(demo: RunDemo) -> None:
     summary = demo("regress")
     game, truth = summary["candidates"][GAMING], summary["truth"]["checkpoints"][GAMING]

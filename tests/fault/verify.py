@@ -62,7 +62,7 @@ def collect(client: Client) -> dict[str, Any]:
         "counts": counts,
         "final_rewards": _rows(client, f"SELECT {cols['rewards']} FROM rewards FINAL WHERE provisional = 0"),
         "windows": _rows(client, "SELECT * FROM windows_merged"),
-        "window_partials": _rows(client, "SELECT window_key, source_partition FROM reward_windows FINAL"),
+        "window_partials": _rows(client, "SELECT window_id, window_key, source_partition FROM reward_windows FINAL"),
         "dead_letters": _rows(client, f"SELECT {cols['dead_letters']} FROM dead_letters FINAL"),
         "event_ids": [r[0] for r in client.query("SELECT event_id FROM events FINAL").result_rows],
         "exclusions": Counter(r[0] for r in client.query("SELECT reason FROM exclusions FINAL").result_rows),
@@ -103,16 +103,17 @@ def _check_events(results: dict[str, Any], workload: Workload, late_ok: bool) ->
     assert len(ids) == len(set(ids)) and set(ids) == workload.valid_ids, \
         f"events: {len(set(ids) - workload.valid_ids)} unexpected, {len(workload.valid_ids - set(ids))} missing"
     excl = dict(results["exclusions"])
-    assert excl.get("duplicate", 0) == workload.occurrences - len(workload.valid_ids), excl
+    assert excl.get("duplicate", 0) == workload.occurrences - len(workload.valid_ids) - workload.late_deliveries, excl
     assert excl.get("orphan", 0) == workload.orphans, excl
     assert set(excl) <= {"duplicate", "orphan"}, excl
-    assert late_ok or results["counts"]["late_events"][1] == 0, (results["counts"]["late_events"], results["late_rows"])
+    assert late_ok or results["counts"]["late_events"][1] == workload.late, (results["counts"]["late_events"],
+                                                                               results["late_rows"])
 
 
 def _check_rewards(rows: list[dict[str, Any]], workload: Workload) -> None:
-    got: dict[tuple[str, str], dict[str, Any]] = {}
+    got: dict[tuple[str, str, int], dict[str, Any]] = {}
     for r in rows:
-        key = (r["spec_version"], r["sample_id"])
+        key = (r["spec_version"], r["sample_id"], r["revision"])
         assert key not in got, f"two final rows for {key} after FINAL"
         got[key] = {k: v for k, v in r.items() if k not in TIMING}
     missing, extra = set(workload.finals) - set(got), set(got) - set(workload.finals)
@@ -152,10 +153,15 @@ def recompute_windows(rewards: list[dict[str, Any]], sizes_s: list[int]) -> dict
 
 def _check_windows(merged: list[dict[str, Any]], partials: list[dict[str, Any]], rewards: list[dict[str, Any]],
                    workload: Workload) -> None:
-    want = recompute_windows(rewards, list(workload.settings.window_sizes_s))
+    latest: dict[tuple[str, str], dict[str, Any]] = {}  # a corrected turn counts as its latest revision
+    for r in rewards:
+        k = (r["spec_version"], r["sample_id"])
+        if k not in latest or r["revision"] > latest[k]["revision"]:
+            latest[k] = r
+    want = recompute_windows(list(latest.values()), list(workload.settings.window_sizes_s))
     got = {w["window_key"]: w for w in merged}
     assert set(got) == set(want), f"windows: {len(set(want) - set(got))} missing, {len(set(got) - set(want))} extra"
-    ids = [(p["window_key"], p["source_partition"]) for p in partials]
+    ids = [p["window_id"] for p in partials]  # one partial per (window, partition), and one delta per corrected turn
     assert len(ids) == len(set(ids))
     for key, w in want.items():
         g = got[key]

@@ -7,8 +7,9 @@ kind, client batch resends and duplicated Kafka records. The expectation is
 computed by the pure core (:func:`rewardflow.sim.run_through_core`), which is
 what an uninterrupted worker computes:
 
-* ``finals``: (spec_version, sample_id) -> the final reward row, without the
-  fields that depend on when it was finalised (``finalised_wm``, ``finalised_by``);
+* ``finals``: (spec_version, sample_id, revision) -> the final reward row, without the
+  fields that depend on when it was finalised (``finalised_wm``, ``finalised_by``); the
+  planted late signals (within the correction window) make revisions > 0;
 * ``orphans``, ``valid_ids``: orphan exclusions and the distinct valid event ids;
 * every planted record's expected dead-letter reason code (one dead letter each).
 
@@ -81,6 +82,8 @@ class Workload:
     occurrences: int  # valid event deliveries scheduled, duplicates and resends included
     seed: int
     summary: dict[str, Any] = field(default_factory=dict)
+    late: int = 0  # late rows: planted late signals of orphan turns (a served turn's are corrections)
+    late_deliveries: int = 0  # their deliveries (a resent late event is late again, not a duplicate)
 
     @property
     def planted(self) -> list[Planted]:
@@ -131,16 +134,21 @@ def build_workload(settings: Settings, seed: int, *, sessions: int = 30, turns: 
     """The send schedule and its exact expectation (see the module docstring)."""
     base = CheckpointProfile(checkpoint_id="ck-base", persistence={30: 0.9, 120: 0.8})
     noise = NoiseConfig(duplicate_rate=0.03, out_of_order_rate=0.05, max_jitter_ms=3_000, malformed_rate=0.04,
-                        orphan_rate=0.02)
+                        orphan_rate=0.02, late_rate=0.5, late_extra_ms=(60_000, 90_000))
     sim = ab_config(base, "ck-cand", noise=noise, sessions=sessions,
-                    turns_per_session=turns, duration_s=300.0, seed=seed, grace_ms=settings.grace_ms,
-                    lateness_ms=settings.allowed_lateness_ms, start_ms=int(time.time() * 1000) - 6 * 3_600_000)
+                    turns_per_session=turns, duration_s=600.0, seed=seed, grace_ms=settings.grace_ms,
+                    lateness_ms=settings.allowed_lateness_ms, start_ms=int(time.time() * 1000) - 6 * 3_600_000,
+                    correction_ms=settings.correction_window_ms)
     groups, truth = simulate(sim)
+    groups = _robust_late(groups)
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
     out = run_through_core(groups, cfg=cfg, specs=specs, partitions=settings.partitions)
-    assert not out.late, "the workload must not depend on partitioning: no event may be late"
-    finals = {(r["spec_version"], r["sample_id"]): _comparable(r) for r in out.rewards if not r["provisional"]}
-    assert len(finals) == sum(truth.turns_per_checkpoint.values()) * len(specs)
+    orphaned = {x["request_id"] for x in out.excluded if x["reason"] == "orphan"}
+    # the workload must not depend on partitioning: nothing is late but signals of orphan turns
+    assert all(x["request_id"] in orphaned for x in out.late), [x["request_id"] for x in out.late]
+    finals = {(r["spec_version"], r["sample_id"], r["revision"]): _comparable(r) for r in out.rewards
+              if not r["provisional"]}
+    assert sum(1 for k in finals if k[2] == 0) == sum(truth.turns_per_checkpoint.values()) * len(specs)
 
     sample = next(e for g in groups for e in g.events if e.event_type == "ToolCall").model_dump()
     extras = planted_records(settings, sample)
@@ -152,24 +160,43 @@ def build_workload(settings: Settings, seed: int, *, sessions: int = 30, turns: 
             items.append(Item("plant", planted=Planted("sim_malformed", g.raw, JSON_H, g.session_id,
                                                        dead_letter_code(settings, g.raw, JSON_H))))
             continue
-        twice = i % 97 == 50
+        twice = i % 97 == 50 and not g.late  # (a late event delivered again is late again, not a duplicate)
         items.append(Item("twice" if twice else "group", group=g))
         occurrences += len(g.events) * (2 if twice else 1)
-        if i % 89 == 40:
+        if i % 89 == 40 and not g.late:
             items.append(Item("resend", group=g))
             occurrences += len(g.events)
         if i % every == every - 1 and extras:
             items.append(Item("plant", planted=extras.pop()))
     items.extend(Item("plant", planted=p) for p in extras)
-    valid_ids = {e.event_id for g in groups for e in g.events}
+    valid_ids = {e.event_id for g in groups for e in g.events} - {x["event_id"] for x in out.late}
     orphans = sum(1 for x in out.excluded if x["reason"] == "orphan")
     assert orphans == truth.orphan_turns
-    w = Workload(settings, items, finals, orphans, valid_ids, occurrences, seed)
+    w = Workload(settings, items, finals, orphans, valid_ids, occurrences, seed,
+                 late=len({x["exclusion_id"] for x in out.late}), late_deliveries=len(out.late))
     w.summary = {"seed": seed, "turns": sum(truth.turns_per_checkpoint.values()), "final_rewards": len(finals),
+                 "revisions": sum(1 for k in finals if k[2]), "late": len(out.late),
                  "valid_events": len(valid_ids), "deliveries": occurrences, "planted": len(w.planted),
                  "orphans": orphans, "resends": sum(i.op == "resend" for i in items),
                  "twice": sum(i.op == "twice" for i in items)}
     return w
+
+
+def _robust_late(groups: list[SendGroup]) -> list[SendGroup]:
+    """``groups`` without the planted late signals whose turn might still be open when they arrive.
+
+    Where a late signal (at least 60 s after its turn's deadline) lands depends on the watermark of
+    its partition when it arrives, so on which sessions share the partition (the SDK's partitioner is
+    not the oracle's) and on how the sender interleaved them (it flushes every 10 s of event time). A
+    signal is kept only when its own session has a record due at least 15 s before it with an event
+    dated at most 50 s before it: that record precedes it on any partitioning and in any order, and
+    moves the watermark past the deadline, so the signal corrects the turn whatever the deployment."""
+    due: dict[str, list[tuple[int, int]]] = {}
+    for g in groups:
+        if g.events and not g.late:
+            due.setdefault(g.session_id, []).append((g.due_ms, max(e.ts for e in g.events)))
+    return [g for g in groups if not g.late or any(
+        d <= g.due_ms - 15_000 and ts >= g.due_ms - 50_000 for d, ts in due.get(g.session_id, []))]
 
 
 def _comparable(row: Any) -> dict[str, Any]:

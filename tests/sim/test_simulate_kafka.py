@@ -45,11 +45,16 @@ def _consume(bootstrap: str, topic: str, idle_s: float = 4.0, timeout: float = 6
     return out
 
 
+CORRECTION_MS = 300_000  # planted late signals come 2-15 min after their deadline: some correct, some are late
+
+
 def _seed_with_every_fault() -> int:
-    """The first seed whose small noisy run plants late and malformed events (deterministic)."""
+    """The first seed whose small noisy run plants every fault, late signals within the correction window
+    and past it included (deterministic)."""
     for seed in range(200):
-        t = ground_truth(ab_config(sessions=25, turns_per_session=4, seed=seed, noise=True, start_ms=1_800_000_000_000))
-        if t.late and t.malformed and t.duplicates and t.orphan_turns:
+        t = ground_truth(ab_config(sessions=25, turns_per_session=4, seed=seed, noise=True, start_ms=1_800_000_000_000,
+                                   correction_ms=CORRECTION_MS))
+        if t.late and t.corrected and t.malformed and t.duplicates and t.orphan_turns:
             return seed
     raise AssertionError("no seed plants every fault")
 
@@ -62,6 +67,7 @@ def test_simulated_traffic_reconciles_through_kafka(kafka_broker: object, tmp_pa
     topic = prefix + "events.raw"
     create_topics(bootstrap, {topic: 2})
     monkeypatch.setenv("REWARDFLOW_TOPIC_PREFIX", prefix)
+    monkeypatch.setenv("REWARDFLOW_CORRECTION_WINDOW_MS", str(CORRECTION_MS))
     truth_path = tmp_path / "truth.json"
     seed = _seed_with_every_fault()
     try:
@@ -75,7 +81,8 @@ def test_simulated_traffic_reconciles_through_kafka(kafka_broker: object, tmp_pa
     finally:
         with contextlib.suppress(KafkaLocalError):
             delete_topics(bootstrap, [topic], timeout=10)
-    procs = {p: PartitionProcessor(JoinConfig(), default_specs(), DictStore(), topic, p) for p in (0, 1)}
+    cfg = JoinConfig(correction_ms=CORRECTION_MS)
+    procs = {p: PartitionProcessor(cfg, default_specs(), DictStore(), topic, p) for p in (0, 1)}
     out = Outputs()
     for msg in sorted(records, key=lambda m: (m.partition(), m.offset())):
         out.extend(procs[msg.partition()].process(msg.value(), msg.headers(), msg.offset(), 0))
@@ -85,7 +92,9 @@ def test_simulated_traffic_reconciles_through_kafka(kafka_broker: object, tmp_pa
     assert len(out.dead) == truth["malformed"] > 0
     assert len(out.valid) == truth["valid_events"]
     assert len(out.late) == truth["late"] > 0
+    assert len({r["sample_id"] for r in out.rewards if r["revision"]}) == truth["corrected"] > 0
     assert excluded["duplicate"] == truth["duplicates"]
     assert excluded["orphan"] == truth["orphan_turns"]
-    final = Counter(r["checkpoint_id"] for r in out.rewards if not r["provisional"] and r["spec_version"] == "v1")
+    final = Counter(r["checkpoint_id"] for r in out.rewards if not r["provisional"] and not r["revision"]
+                    and r["spec_version"] == "v1")
     assert final == truth["turns_per_checkpoint"]

@@ -62,7 +62,7 @@ def test_turns_arriving_out_of_order_within_lateness_get_the_in_order_outcome(de
 
 
 def test_late_events_are_routed_to_the_late_topic_and_counted(deploy: Any) -> None:
-    d = deploy()
+    d = deploy(correction_window_ms=0)  # (corrections: tests/streams/test_corrections.py)
     hz = tuple(d.settings.horizons_s)
     first = {"r1": turn("r1", "s1", horizons=hz), "r2": turn("r2", "s1", ts=T0 + 200, horizons=hz)}
     d.raw.send_many([(0, *json_record(*first["r1"])), (0, *avro_record(*first["r2"]))])
@@ -98,7 +98,7 @@ def test_late_events_are_routed_to_the_late_topic_and_counted(deploy: Any) -> No
 
 def test_no_turn_is_concluded_before_its_last_horizon_plus_grace(deploy: Any) -> None:
     # No idle clock during this test: the watermark moves only with the ticks the test sends.
-    d = deploy(idle_timeout_s=120.0, grace_ms=5_000)
+    d = deploy(idle_timeout_s=120.0, grace_ms=5_000, correction_window_ms=0)
     hz = list(d.settings.horizons_s)
     events = turn("r1", "s1", horizons=tuple(hz))
     anchor = T0 + 1000  # the edit is the turn's latest served/edit event

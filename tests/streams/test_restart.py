@@ -98,7 +98,8 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
     d.worker.wait_caught_up()
     time.sleep(1.5)  # idle clock periods with nothing new read after that tick
 
-    # 4. a second stream an hour later: late events for first-stream turns, resends, malformed records
+    # 4. a second stream an hour later: signals for first-stream turns after they were finalised (within
+    #    the correction window: each corrects its turn), resends, malformed records
     records2, turns2 = session_records(rng, range(100, 120), 3, T0 + 3_600_000, hz)
     late2 = [ev("FollowUp", f"r{k}-0", f"s{k}", T0 + 10_000, dissatisfied=True) for k in range(10)]
     resent2 = records2[:6]
@@ -106,7 +107,6 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
     d.raw.send_many(records2 + [(k % 2, *json_record(e)) for k, e in enumerate(late2)] + resent2 + broken)
     d.raw.send_many([(p, *tick_record(FLUSH_WM, d.settings)) for p in (0, 1)])
     turns.update(turns2)
-    late += late2
     n_resent += sum(len(decode_record(value, headers)) for _, value, headers in resent2)
 
     # everything read and committed (so its outputs were flushed): the raw topic is now the whole input
@@ -124,8 +124,12 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
                 assert not diff, f"{topic} {row_id}: rows differ (got, uninterrupted): {diff}"
 
     # and the simple counts an uninterrupted run must give
-    assert len(got[T.REWARDS]) == len(turns) * n_specs, "final rewards != turns x specs (events routed late?)"
-    sent = {e["event_id"]: e for events in turns.values() for e in events}
+    first = [rows[0] for rows in got[T.REWARDS].values() if rows[0]["revision"] == 0]
+    assert len(first) == len(turns) * n_specs, "final rewards != turns x specs (events routed late?)"
+    revised = [rows[0] for rows in got[T.REWARDS].values() if rows[0]["revision"]]
+    assert {(r["sample_id"], r["revision"]) for r in revised} == {(e["request_id"], 1) for e in late2}
+    assert len(revised) == len(late2) * n_specs and all(r["n_dissatisfied"] >= 1 for r in revised)
+    sent = {e["event_id"]: e for events in [*turns.values(), late2] for e in events}
     assert set(got[T.VALID]) == set(sent), (
         f"valid ids: {len(set(sent) - set(got[T.VALID]))} of the sent events missing, e.g. "
         f"{[sent[i] for i in sorted(set(sent) - set(got[T.VALID]))[:2]]}; {len(set(got[T.VALID]) - set(sent))} unexpected")

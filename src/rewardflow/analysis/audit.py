@@ -8,7 +8,10 @@ those samples would have had:
   request id, so no sample can be rescored; share is of *events*.
 * ``duplicate``: client resends of an event already counted; the first copy
   was scored, so the reward mix is that of the stored samples (no change).
-* ``late``: events after their turn was finalised. Each affected turn is
+* ``corrected``: not an exclusion: signals after their turn was finalised but within
+  the correction window re-scored it (a new revision); counted here so the audit
+  accounts for every signal. Rows are revisions, samples the turns corrected.
+* ``late``: events after their turn was finalised, past the correction window. Each affected turn is
   rescored from its stored events *plus* its late events with the stream's
   own pure code (:class:`~rewardflow.core.turn.TurnState` and
   :func:`~rewardflow.core.score.score`) and diffed against the stored reward.
@@ -50,7 +53,7 @@ Row = Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class ExclusionLine:
-    reason: str  # dead_letter | duplicate | late | orphan | spec
+    reason: str  # dead_letter | duplicate | corrected | late | orphan | spec
     rows: int  # excluded rows (events, or turns for orphans)
     samples: int | None  # distinct samples touched; None when unknowable
     share: float  # samples / all samples, or rows / all events for dead letters
@@ -174,7 +177,12 @@ def audit_counts(spec: RewardSpec, rewards: Sequence[Row], *, dead: Sequence[Row
     its weight; a duplicate counts its event a second time.
     """
     cfg, te = cfg or JoinConfig(), turn_events or {}
-    scored = {str(r["sample_id"]): r for r in rewards if not r.get("provisional", 0)}
+    scored: dict[str, Row] = {}
+    for r in rewards:  # each sample's latest revision
+        cur = scored.get(str(r["sample_id"]))
+        if not r.get("provisional", 0) and (cur is None or int(r.get("revision") or 0) > int(cur.get("revision") or 0)):
+            scored[str(r["sample_id"])] = r
+    corrected = [int(r.get("revision") or 0) for r in scored.values() if r.get("revision")]
     orphans = {str(e["request_id"]) for e in excluded if e["reason"] == "orphan"}
     total, events = len(scored) + len(orphans), valid_events + len(dead)
     dups = [e for e in excluded if e["reason"] == "duplicate"]
@@ -189,6 +197,9 @@ def audit_counts(spec: RewardSpec, rewards: Sequence[Row], *, dead: Sequence[Row
         ExclusionLine("late", len(late), late_n, late_n / total if total else 0.0, "samples", late_diff,
                       f"turns rescored including their late events ({late_miss} sample(s) not rescorable: "
                       "no stored reward or events)"),
+        ExclusionLine("corrected", sum(corrected), len(corrected), len(corrected) / total if total else 0.0, "samples",
+                      None, "not excluded: signals after finalisation, within the correction window, re-scored "
+                            "their turn (rows = revisions; each sample counts with its latest)"),
         ExclusionLine("orphan", len(orphans), len(orphans), len(orphans) / total if total else 0.0, "samples", None,
                       "n/a: no InferenceServed, so no checkpoint, latency or tokens to score"),
         ExclusionLine("spec", 0, 0, 0.0, "samples", None,

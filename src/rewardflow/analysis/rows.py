@@ -65,7 +65,8 @@ def _natural(version: str) -> tuple[Any, ...]:
 
 
 def final_rows(rows: Any, spec_version: str | None = None) -> tuple[list[dict[str, Any]], str]:
-    """Final, deduplicated rows of one spec, and that spec's version.
+    """Final, deduplicated rows of one spec, and that spec's version: one row per sample, its latest
+    revision (the highest ``revision``; rows without the column are revision 0).
 
     ``spec_version=None`` picks the highest version present (natural order:
     ``v10`` > ``v9``).
@@ -79,13 +80,15 @@ def final_rows(rows: Any, spec_version: str | None = None) -> tuple[list[dict[st
     spec = spec_version or versions[-1]
     if spec not in versions:
         raise AnalysisError(f"no final reward rows under spec {spec!r}; present: {', '.join(versions)}")
-    seen: set[str] = set()
-    out = []
+    latest: dict[str, dict[str, Any]] = {}
     for r in final:
-        if r["spec_version"] == spec and r["reward_id"] not in seen:
-            seen.add(r["reward_id"])
-            out.append(r)
-    return out, spec
+        if r["spec_version"] != spec:
+            continue
+        key = str(r.get("sample_id") or r["reward_id"])
+        cur = latest.get(key)
+        if cur is None or int(r.get("revision") or 0) > int(cur.get("revision") or 0):
+            latest[key] = r
+    return list(latest.values()), spec
 
 
 @dataclass(slots=True)

@@ -5,8 +5,9 @@ Kept in one small module so the analysis never touches a driver. Reads go
 through :func:`rewardflow.clickhouse.connect.open_reader` (a server DSN, a
 free chDB directory, or the read endpoint of the process owning it) and
 return ``pyarrow.Table`` values. Rewards are
-read final-only (``provisional = 0``) and once per ``reward_id``
-(``LIMIT 1 BY``, valid on any table engine); the analysis deduplicates again.
+read final-only (``provisional = 0``) and once per sample, its latest revision
+(``LIMIT 1 BY``, valid on any table engine); the analysis deduplicates again. Window partials are
+read ``FINAL``: a corrected turn's delta partial is replaced by its next correction's.
 
 Contract: raises :class:`SourceError` with a one-line, actionable message when
 the database cannot be opened or a table is missing; never a traceback.
@@ -21,7 +22,7 @@ from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings
 
 REWARD_COLUMNS = ("reward_id", "sample_id", "checkpoint_id", "experiment_arm", "surface", "spec_version",
-                  "provisional", "horizon_s", "served_ts", "reward", "latency_ms", "n_edits", "n_dissatisfied",
+                  "provisional", "horizon_s", "revision", "served_ts", "reward", "latency_ms", "n_edits", "n_dissatisfied",
                   "n_clarifying", "n_tool_broken", "persisted", "checked")
 WINDOW_COLUMNS = ("window_id", "window_key", "window_start", "window_end", "window_size_s", "checkpoint_id",
                   "experiment_arm", "surface", "spec_version", "source_partition", "samples", "reward_sum",
@@ -56,13 +57,15 @@ def _query(settings: Settings, sql: str, params: dict[str, Any]) -> Any:
 
 
 def fetch_rewards(settings: Settings, checkpoints: Sequence[str], spec_version: str | None = None) -> Any:
-    """Final reward rows of ``checkpoints`` (optionally one spec) as a ``pyarrow.Table``."""
+    """Final reward rows of ``checkpoints`` (optionally one spec), each sample's latest revision, as a
+    ``pyarrow.Table``."""
     where = "provisional = 0 AND checkpoint_id IN {ck:Array(String)}"
     params: dict[str, Any] = {"ck": list(checkpoints)}
     if spec_version:
         where += " AND spec_version = {spec:String}"
         params["spec"] = spec_version
-    sql = f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} LIMIT 1 BY reward_id"
+    sql = (f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} "
+           "ORDER BY spec_version, sample_id, revision DESC LIMIT 1 BY spec_version, sample_id")
     return _query(settings, sql, params)
 
 
@@ -73,13 +76,13 @@ def fetch_windows(settings: Settings, checkpoints: Sequence[str], spec_version: 
     if spec_version:
         where += " AND spec_version = {spec:String}"
         params["spec"] = spec_version
-    sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows WHERE {where} LIMIT 1 BY window_id"
+    sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows FINAL WHERE {where}"
     return _query(settings, sql, params)
 
 
 def fetch_windows_all(settings: Settings) -> Any:
     """Every window partial (one row per ``window_id``), for the live monitors."""
-    sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows LIMIT 1 BY window_id"
+    sql = f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows FINAL"
     return _query(settings, sql, {})
 
 
@@ -116,6 +119,15 @@ def fetch_balance(settings: Settings, window_rows: Any = (), *, window_s: int = 
     items = fetch_exclusions(settings)
     sessions = fetch_session_checkpoints(settings, [x.session_id for x in items if not x.checkpoint_id])
     return balance(window_rows, items, sessions, window_s=window_s, spec_version=spec_version)
+
+
+def fetch_corrections(settings: Settings, spec_version: str) -> list[dict[str, Any]]:
+    """Each corrected sample of ``spec_version``: its checkpoint, revisions, and first and latest reward."""
+    sql = ("SELECT sample_id, any(checkpoint_id) AS checkpoint_id, max(revision) AS revision, "
+           "argMin(reward, revision) AS first_reward, argMax(reward, revision) AS latest_reward "
+           "FROM rewards WHERE provisional = 0 AND spec_version = {spec:String} "
+           "GROUP BY sample_id HAVING max(revision) > 0 ORDER BY sample_id")
+    return list(_query(settings, sql, {"spec": spec_version}).to_pylist())
 
 
 def fetch_registry(settings: Settings) -> Registry:

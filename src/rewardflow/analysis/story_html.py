@@ -3,7 +3,7 @@
 Top to bottom: a verdict per candidate (deploy or block, and why; what was planted when the caller
 knows it); the gate's rule table with each candidate's result per rule; the per-window charts of
 every checkpoint with the windows a Goodhart monitor alerted on shaded and named; the replay of
-a blocked candidate's window under the next reward spec; then each candidate's full A/B table and
+a blocked candidate's window under the next reward spec; the turns corrected by late signals; then each candidate's full A/B table and
 gate reasons, with the policy lineage of its arms when the registry was read and their excluded
 turns by reason. Inline CSS and SVG, no
 scripts, no network.
@@ -92,9 +92,23 @@ def _replay(shift: Any, baseline: str) -> str:
             f"<th>mean reward {escape(shift.spec_to)}</th><th>change</th></tr>{rows}</table>")
 
 
+def _corrections(c: Any) -> str:
+    if c is None:
+        return ""
+    rows = "".join(f"<tr><td>{escape(str(e['sample_id']))}</td><td>{escape(str(e['checkpoint_id']))}</td>"
+                   f"<td class=\"num\">{int(e['revision'])}</td><td class=\"num\">{float(e['first_reward']):+.4f}</td>"
+                   f"<td class=\"num\">{float(e['latest_reward']):+.4f}</td></tr>" for e in c.examples)
+    per = ", ".join(f"{escape(ck)}: {n:,}" for ck, n in c.by_checkpoint.items()) or "none"
+    table = (f"<table><tr><th>sample</th><th>checkpoint</th><th>revision</th><th>first reward</th>"
+             f"<th>latest reward</th></tr>{rows}</table>") if rows else ""
+    return (f"<h2>Corrections</h2><p>{c.total:,} turns re-scored by a signal that came after they were finalised, "
+            f"within the correction window ({per}). Each counts with its latest revision; the largest changes:</p>"
+            f"{table}")
+
+
 def render_story(judged: Mapping[str, Any], policy: Policy, points: Mapping[str, list[WindowPoint]],
                  alerts: Sequence[Mapping[str, Any]], shift: Any = None, planted: Mapping[str, str] | None = None,
-                 window_size_s: int | None = None) -> str:
+                 window_size_s: int | None = None, corrections: Any = None) -> str:
     """The page. ``judged`` maps each candidate to its :class:`~rewardflow.demo.story.Judged`."""
     first = next(iter(judged.values()))
     baseline, spec = first.report.baseline, first.report.spec_version
@@ -109,5 +123,5 @@ def render_story(judged: Mapping[str, Any], policy: Policy, points: Mapping[str,
         f"Δ = candidate − baseline.</p>{_verdicts(judged, planted or {})}{_rules(policy, judged)}"
         f"<h2>Per window ({escape(size)}, event time, UTC); shaded: windows a Goodhart or exclusion-balance "
         f"monitor alerted on</h2>"
-        f"{_charts(points, alerts)}{_replay(shift, baseline)}{details}</body></html>"
+        f"{_charts(points, alerts)}{_replay(shift, baseline)}{_corrections(corrections)}{details}</body></html>"
     )

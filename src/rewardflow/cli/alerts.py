@@ -45,7 +45,7 @@ def _stored(checkpoint: str | None) -> list[dict[str, Any]]:
 def _evaluated(checkpoint: str | None, baseline: str | None, cfg: MonitorConfig, spec: str | None) -> list[dict[str, Any]]:
     where, params = ("WHERE spec_version = {v:String} ", {"v": spec}) if spec else ("", {})
     with open_store(load_settings()) as store:
-        rows = store.rows(f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows {where}LIMIT 1 BY window_id", params)
+        rows = store.rows(f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows FINAL {where}", params)
     try:
         alerts = evaluate_windows(rows, baseline, cfg, now_ms=int(time.time() * 1000))
     except ValueError as exc:

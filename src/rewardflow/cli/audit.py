@@ -33,8 +33,8 @@ from rewardflow.rewards.registry import load_dir, select_active, specs_dir
 from rewardflow.rewards.spec import RewardSpec, SpecError
 from rewardflow.settings import load_settings
 
-REWARD_COLUMNS = ("sample_id", "spec_version", "checkpoint_id", "provisional", "reward", "components", "finalised_wm",
-                  "n_edits", "n_tool_broken", "n_tool_error", "n_reject", "n_undo", "n_revert", "n_dissatisfied",
+REWARD_COLUMNS = ("sample_id", "spec_version", "checkpoint_id", "provisional", "revision", "reward", "components",
+                  "finalised_wm", "n_edits", "n_tool_broken", "n_tool_error", "n_reject", "n_undo", "n_revert", "n_dissatisfied",
                   "checked", "persisted")
 
 
@@ -60,7 +60,8 @@ def _fetch(checkpoint: str | None, spec: RewardSpec) -> dict[str, Any]:
         if checkpoint:
             where += " AND checkpoint_id = {ck:String}"
             params["ck"] = checkpoint
-        rewards = store.rows(f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} LIMIT 1 BY sample_id", params)
+        rewards = store.rows(f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} "
+                             "ORDER BY sample_id, revision DESC LIMIT 1 BY sample_id", params)
         scored = {r["sample_id"] for r in rewards}
         late = store.rows("SELECT request_id, payload FROM late_events LIMIT 1 BY exclusion_id", {})
         excluded = store.rows("SELECT reason, request_id, payload FROM exclusions LIMIT 1 BY exclusion_id", {})

@@ -218,7 +218,7 @@ def stored_rows(store: Store, version: str, rng: ReplayRange) -> list[dict[str, 
     conds, params = _range_conds(rng, "served_ts", "checkpoint_id")
     where = " AND ".join(["spec_version = {v:String}", "provisional = 0", *conds])
     return store.rows("SELECT sample_id, spec_version, checkpoint_id, provisional, reward, components FROM rewards "
-                      f"WHERE {where} LIMIT 1 BY reward_id", {"v": version, **params})
+                      f"WHERE {where} ORDER BY sample_id, revision DESC LIMIT 1 BY sample_id", {"v": version, **params})
 
 
 def _default_against(version: str) -> str | None:

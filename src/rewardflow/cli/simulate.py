@@ -101,7 +101,8 @@ def command(
                         start_ms=start_ms if start_ms is not None else default_start_ms(
                             int(time.time() * 1000), duration_s=duration_s, turns_per_session=turns_per_session,
                             time_scale=time_scale),
-                        grace_ms=settings.grace_ms, lateness_ms=settings.allowed_lateness_ms)
+                        grace_ms=settings.grace_ms, lateness_ms=settings.allowed_lateness_ms,
+                        correction_ms=settings.correction_window_ms)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         raise _fail(f"{'.'.join(str(p) for p in err['loc']) or 'simulation'}: {err['msg']}") from None

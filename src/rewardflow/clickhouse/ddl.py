@@ -71,6 +71,13 @@ def add_projection(table: TableDef, name: str) -> list[str]:
     return out
 
 
+def modify_columns(table: TableDef, names: tuple[str, ...]) -> list[str]:
+    """``ALTER TABLE … MODIFY COLUMN`` giving each named column of an existing ``table`` its type in the
+    definition (idempotent: a column of that type already is left as it is)."""
+    cols = {c.name: c for c in table.columns}
+    return [f"ALTER TABLE {quote_ident(table.name)} MODIFY COLUMN {quote_ident(n)} {cols[n].type}" for n in names]
+
+
 def create_database(name: str) -> str:
     """``CREATE DATABASE IF NOT EXISTS``."""
     return f"CREATE DATABASE IF NOT EXISTS {quote_ident(name)}"

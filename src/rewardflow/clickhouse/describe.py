@@ -53,6 +53,19 @@ the `_seq` of the surviving rows and the wide rows are read with `_seq IN` those
 case), the wide rows are read without deduplication. Either way they come from the projection
 `by_seq` (the rows sorted by `_seq`, built when parts merge), already in the order the trainer gets
 them; rows of parts not merged yet are sorted at read time. Same rows in every case.
+
+## Corrections
+
+A signal for a finalised turn dated within `REWARDFLOW_CORRECTION_WINDOW_MS` (1 h by default) of
+the turn's final deadline re-scores the turn under every active spec. The worker emits a new
+*revision* of its reward rows: the same `sample_id`, `revision` one higher, its own `reward_id`,
+`finalised_by = 'correction'`. Earlier revisions stay stored; `rewards_latest` and
+`rewards_daily` read each sample's highest revision. A trainer's cursor hands a revision out like
+any new row (it is one), so the trainer sees `revision > 0` and may apply it (replace the sample's
+reward) or skip it. For the windows, the worker adds one delta partial per window size and spec
+(`samples` 0; the latest revision minus the first scoring, so counts may be negative) under its own
+`window_id`; the next correction of the turn replaces it, so `windows_merged` counts each turn as
+its latest revision. Signals past the window go to `late_events`.
 """
 
 

@@ -24,12 +24,12 @@ from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.catalog import ALL_TABLES
 from rewardflow.clickhouse import retention
-from rewardflow.clickhouse.ddl import add_projection, create_database, create_table
+from rewardflow.clickhouse.ddl import add_projection, create_database, create_table, modify_columns
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.rowtypes import check as check_row_types
-from rewardflow.clickhouse.tables import BY_SEQ, REWARDS
+from rewardflow.clickhouse.tables import BY_SEQ, REWARD_WINDOWS, REWARDS, SIGNED_WINDOW_COLUMNS
 from rewardflow.clickhouse.tables_state import CHECKPOINTS, INGEST_KEYS, REWARD_SPECS, SCHEMA_MIGRATIONS
-from rewardflow.clickhouse.views import ALL_VIEWS, REWARDS_LINEAGE
+from rewardflow.clickhouse.views import ALL_VIEWS, REWARDS_DAILY, REWARDS_LATEST, REWARDS_LINEAGE
 
 # Migrations 1 and 2 created every table and view of the catalogue as it stood then; tables and
 # views added to the catalogue later get their own migration, so 1 and 2 render the same statements forever.
@@ -64,6 +64,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "rewards in _seq order for the trainer pull", lambda ttl: add_projection(REWARDS, BY_SEQ.name)),
     Migration(6, "keys of the ingestion edge", lambda ttl: [create_table(INGEST_KEYS)]),
     Migration(7, "checkpoint registry and rewards_lineage", lambda ttl: [create_table(CHECKPOINTS), REWARDS_LINEAGE.ddl()]),
+    Migration(8, "corrections: reward revisions, signed window deltas, latest-revision views", lambda ttl: [
+        "ALTER TABLE rewards ADD COLUMN IF NOT EXISTS `revision` UInt32 AFTER `horizon_s`",
+        *modify_columns(REWARD_WINDOWS, SIGNED_WINDOW_COLUMNS),
+        REWARDS_LATEST.ddl(), REWARDS_DAILY.ddl(), REWARDS_LINEAGE.ddl(),
+    ]),
 )
 
 

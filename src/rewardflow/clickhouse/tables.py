@@ -87,7 +87,7 @@ REWARDS = TableDef(
     doc="One scored sample (agent turn) per reward spec version; provisional outcomes are separate rows "
     "(distinct reward_id). Keyed by (spec_version, sample_id, reward_id); the first copy is kept.",
     columns=(
-        C("reward_id", S, "stable_id(spec_version, sample_id, horizon or 'final'); unique per row."),
+        C("reward_id", S, "stable_id(spec_version, sample_id, horizon or 'final'[, 'r<revision>']); unique per row."),
         C("sample_id", S, "The scored agent turn (= request_id)."),
         C("spec_version", LC, "Reward spec version that scored it."),
         C("spec_hash", LC, "Hash of that spec's content."),
@@ -101,6 +101,9 @@ REWARDS = TableDef(
         C("finalised_by", LC, "'watermark' | 'idle' | 'replay'."),
         C("provisional", "UInt8", "1 = provisional outcome at an earlier horizon, 0 = final."),
         C("horizon_s", U32, "Last persistence horizon covered, seconds."),
+        C("revision", U32, "0 = the outcome as first scored; n = its n-th correction by signals that came after "
+          "it was finalised, within the correction window (same sample_id, own reward_id; the highest is "
+          "current). Numbers increase; a restart may deliver only the latest of several it re-made."),
         C("reward", "Float64", "The scalar reward."),
         C("components", "Map(String, Float64)", "Named reward components (spec-defined)."),
         C("latency_ms", U32, "End-to-end latency of the turn."),
@@ -132,13 +135,20 @@ REWARDS = TableDef(
     projections=(BY_SEQ,),
 )
 
+SIGNED_WINDOW_COLUMNS = ("turns_with_edit", "turns_dissatisfied", "turns_followup", "turns_clarifying", "turns_broken",
+                         "tool_calls", "tool_broken", "tool_error", "persisted", "checked")
+"""Columns a correction's delta partial may make negative (Int64; they were UInt64 before corrections)."""
+
 REWARD_WINDOWS = TableDef(
     name="reward_windows",
     record="WindowAggregate",
     doc="Partial aggregates of tumbling windows, one row per (window, source partition); merge the "
-    "partials of one window_key (view windows_merged). A re-emitted partial replaces the older one.",
+    "partials of one window_key (view windows_merged). A re-emitted partial replaces the older one. A corrected "
+    "turn adds a delta partial (samples 0; its latest revision minus its first scoring, so counts may be "
+    "negative), which its next correction replaces.",
     columns=(
-        C("window_id", S, "stable_id(window_key, source_partition)."),
+        C("window_id", S, "stable_id(window_key, source_partition); a correction's delta: stable_id(window_key, "
+          "source_partition, 'rev', sample_id)."),
         C("window_key", S, "stable_id(size, start, checkpoint, arm, surface, spec_version); groups partials."),
         C("window_start", "Int64", "Window start, epoch ms (inclusive)."),
         C("window_end", "Int64", "Window end, epoch ms (exclusive)."),
@@ -151,17 +161,17 @@ REWARD_WINDOWS = TableDef(
         C("samples", "UInt64", "Samples in the partial."),
         C("reward_sum", "Float64", "Sum of rewards."),
         C("reward_sq_sum", "Float64", "Sum of squared rewards."),
-        C("turns_with_edit", "UInt64", "Turns with at least one edit."),
-        C("turns_dissatisfied", "UInt64", "Turns with a dissatisfied follow-up."),
-        C("turns_followup", "UInt64", "Turns with a follow-up."),
-        C("turns_clarifying", "UInt64", "Turns with a clarifying question."),
-        C("turns_broken", "UInt64", "Turns with a broken tool call."),
-        C("tool_calls", "UInt64", "Tool calls."),
-        C("tool_broken", "UInt64", "Broken tool calls."),
-        C("tool_error", "UInt64", "Failed tool calls."),
+        C("turns_with_edit", "Int64", "Turns with at least one edit."),
+        C("turns_dissatisfied", "Int64", "Turns with a dissatisfied follow-up."),
+        C("turns_followup", "Int64", "Turns with a follow-up."),
+        C("turns_clarifying", "Int64", "Turns with a clarifying question."),
+        C("turns_broken", "Int64", "Turns with a broken tool call."),
+        C("tool_calls", "Int64", "Tool calls."),
+        C("tool_broken", "Int64", "Broken tool calls."),
+        C("tool_error", "Int64", "Failed tool calls."),
         C("completion_tokens_sum", "UInt64", "Tokens generated."),
-        C("persisted", "Map(UInt32, UInt64)", "horizon_s -> edits persisted."),
-        C("checked", "Map(UInt32, UInt64)", "horizon_s -> edits checked."),
+        C("persisted", "Map(UInt32, Int64)", "horizon_s -> edits persisted."),
+        C("checked", "Map(UInt32, Int64)", "horizon_s -> edits checked."),
         C("latency_hist", "Map(UInt32, UInt64)", "Log-bucket index -> turns; mergeable latency histogram."),
         C("latency_p50", "Float64", "Partial's own p50 latency, ms (not mergeable; use latency_hist)."),
         C("latency_p95", "Float64", "Partial's own p95 latency, ms."),

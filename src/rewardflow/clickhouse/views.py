@@ -1,10 +1,11 @@
 """Analyst views. Each reads with ``FINAL`` so a row delivered twice is counted once.
 
-* ``rewards_latest`` - one row per (spec_version, sample_id): the final outcome
-  if there is one, else the most advanced provisional one. Filter it by
-  ``checkpoint_id`` for the latest rewards of a checkpoint.
+* ``rewards_latest`` - one row per (spec_version, sample_id): the final outcome's
+  latest revision if there is one, else the most advanced provisional one.
+  Filter it by ``checkpoint_id`` for the latest rewards of a checkpoint.
 * ``rewards_daily`` - per day (of served_ts, UTC) x spec_version x checkpoint x
-  arm x surface, over final outcomes: samples, mean reward and guard rates.
+  arm x surface, over final outcomes (latest revision): samples, mean reward and
+  guard rates.
 * ``windows_merged`` - the partials of each window (grouped by window_key)
   merged by summing; mergeable maps are summed key-wise. Latency quantiles of a
   merged window come from its ``latency_hist`` in Python
@@ -41,18 +42,18 @@ class ViewDef:
 
 REWARDS_LATEST = ViewDef(
     "rewards_latest",
-    "One row per (spec_version, sample_id): the final outcome, else the latest provisional one.",
+    "One row per (spec_version, sample_id): the final outcome's latest revision, else the latest provisional one.",
     """
 SELECT *
 FROM rewards FINAL
-ORDER BY spec_version, sample_id, provisional ASC, horizon_s DESC
+ORDER BY spec_version, sample_id, provisional ASC, revision DESC, horizon_s DESC
 LIMIT 1 BY spec_version, sample_id
 """,
 )
 
 REWARDS_DAILY = ViewDef(
     "rewards_daily",
-    "Per day x spec_version x checkpoint x arm x surface over final outcomes: samples, reward mean/std, "
+    "Per day x spec_version x checkpoint x arm x surface over final outcomes (latest revision): samples, reward mean/std, "
     "persistence, dissatisfied, follow-up, clarifying, edit, accept and broken-tool rates, latency.",
     """
 SELECT
@@ -74,8 +75,10 @@ SELECT
     avg(latency_ms) AS mean_latency_ms,
     quantile(0.5)(latency_ms) AS p50_latency_ms,
     avg(completion_tokens) AS mean_completion_tokens
-FROM rewards FINAL
-WHERE provisional = 0
+FROM (
+    SELECT * FROM rewards FINAL WHERE provisional = 0
+    ORDER BY spec_version, sample_id, revision DESC LIMIT 1 BY spec_version, sample_id
+)
 GROUP BY day, spec_version, checkpoint_id, experiment_arm, surface
 """,
 )

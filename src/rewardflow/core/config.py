@@ -28,6 +28,9 @@ class JoinConfig:
     max_clock_skew_ms: int = 30_000  # an event may be dated this far after its record's broker timestamp
     max_session_turns: int = 1_000  # open turns plus finalised turns still remembered, per session
     max_session_events: int = 10_000  # events in those turns, per session
+    # a signal for a finalised turn dated at most this long after the turn's deadline corrects it (a new
+    # revision of its rewards); later ones are late. 0: off (Settings.correction_window_ms turns it on)
+    correction_ms: int = 0
     tick_key: bytes | None = field(default=None, repr=False)  # None: unsigned ticks pass (trusted replays)
     # derived (read per event on the hot path, so computed once)
     final_horizon_ms: int = field(init=False)
@@ -38,7 +41,8 @@ class JoinConfig:
         final = self.horizons_s[-1] * 1000
         object.__setattr__(self, "final_horizon_ms", final)
         object.__setattr__(self, "settle_ms", final + self.grace_ms)
-        object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms))
+        object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms,
+                                                     self.correction_ms + final + self.grace_ms))
 
     @classmethod
     def from_settings(cls, s: Any, tick_key: bytes | None = None) -> JoinConfig:
@@ -51,7 +55,7 @@ class JoinConfig:
             max_batch_events=s.max_batch_events,
             state_cache=max(64, s.worker_state_cache // max(1, s.partitions)),
             max_clock_skew_ms=s.max_clock_skew_ms, max_session_turns=s.max_session_turns,
-            max_session_events=s.max_session_events, tick_key=tick_key,
+            max_session_events=s.max_session_events, correction_ms=s.correction_window_ms, tick_key=tick_key,
         )
 
 

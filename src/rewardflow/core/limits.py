@@ -19,8 +19,9 @@ from collections.abc import Callable
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.session import SessionState, Tombstone
 
-TURN_BYTES = 2_048
-"""Most bytes one turn adds to its session's stored state, open or as a tombstone."""
+TURN_BYTES = 4_096
+"""Most bytes one turn adds to its session's stored state, open or as a tombstone: with corrections,
+a tombstone keeps its first outcome and up to three earlier revisions' (:mod:`rewardflow.core.corrections`)."""
 EVENT_BYTES = 400
 """Most bytes one applied event adds to its session's stored state (its seen id, a check or an edit)."""
 

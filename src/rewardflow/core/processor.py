@@ -39,9 +39,11 @@ import heapq
 from typing import Any
 
 from rewardflow.core.config import JoinConfig, StateStore
+from rewardflow.core.corrections import correct, correctable, kept, reemit
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
                                      turn_exclusion)
 from rewardflow.core.limits import refusal
+from rewardflow.core.marks import mark
 from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
@@ -71,19 +73,15 @@ class PartitionProcessor:
         self._scored = [(s, s.content_hash) for s in specs]  # hash once, not per scored turn
         self._hz = list(cfg.horizons_s)
         self.topic, self.partition = topic, partition
-        self.wm = -_NEVER
-        self.maxts = -_NEVER
-        self.last_event_wall = 0
-        self.ready = False
+        self.wm = self.maxts = -_NEVER
+        self.last_event_wall, self.ready = 0, False
         self.book = WindowBook(list(cfg.window_sizes_s), partition)
         self._heap: list[tuple[int, str]] = []
-        self._wake: dict[str, int] = {}
-        self._open_served: dict[str, int] = {}
+        self._wake: dict[str, int] = {}  # session id -> its next wake-up
+        self._open_served: dict[str, int] = {}  # request id of an open served turn -> its served ts
         self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
         self._new_closes: list[tuple[int, list[WindowAggregate]]] = []
-        self._close_prefix = f"r:{partition}:"
-        self._meta_key = f"m:{partition}"
-        self.last_offset = -1
+        self._close_prefix, self._meta_key, self.last_offset = f"r:{partition}:", f"m:{partition}", -1
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
@@ -93,7 +91,6 @@ class PartitionProcessor:
         self._states: dict[str, tuple[Any, SessionState]] = {}
         self._put_json = getattr(store, "put_json", None)  # a store that takes values with their JSON
 
-    # ------------------------------------------------------------------ record path
     def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
                 record_ts: int | None = None) -> Outputs:
         """Process one raw record. Never raises for bad input: it becomes a dead letter."""
@@ -156,27 +153,9 @@ class PartitionProcessor:
         return out
 
     def _mark(self, first_offset: int, committed: int | None) -> None:
-        """Remember the watermark at the start of this batch; derive what pruning must keep for a
-        replay from the committed offset.
-
-        Seen ids are pruned at the watermark as of the committed offset, not the current one: a
-        replay after a crash starts at that offset and must recognise its records' events as
-        redeliveries (a far-future tick would otherwise make it forget them and judge them late).
-        Tombstones and everything else follow the current watermark, so decisions do not depend
-        on commit timing; but a tombstone pruned at an offset not committed yet is only moved aside
-        (:attr:`SessionState.held`) until the commit passes that offset, since a restart replays
-        its batch against state written after it.
-        """
+        """Remember the watermark at the start of this batch, and what pruning must keep (:func:`mark`)."""
         self._keep_offset = committed
-        if not self._marks or first_offset > self._marks[-1][0]:  # a replayed batch adds no mark
-            self._marks.append([first_offset, self.wm])
-        if committed is None:
-            self._marks = self._marks[-_KEEP_CLOSES:]
-            self._prune_wm = None
-            return
-        at = [i for i, m in enumerate(self._marks) if m[0] <= committed]
-        self._marks = self._marks[at[-1]:] if at else self._marks
-        self._prune_wm = min(m[1] for m in self._marks)
+        self._marks, self._prune_wm = mark(self._marks, first_offset, self.wm, committed, _KEEP_CLOSES)
 
     def _step(self, value: bytes | None, headers: Any, offset: int, record_ts: int | None, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
@@ -271,6 +250,9 @@ class PartitionProcessor:
             if held is not None and offset <= held[0]:  # a replay meeting state written after this record:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
         if done is not None and self._live(done):
+            if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev):
+                self._correct(st, rid, done, ev, raw, idx, offset, now_ms, out)
+                return
             # the watermark that finalised the turn: a replay after a crash gives the same row
             out.late.append(exclusion("late", ev, raw, tombstone_checkpoint(done), done.wm, self.partition, offset, idx))
             return
@@ -282,10 +264,7 @@ class PartitionProcessor:
             ck = checkpoint_of(ev, turn, None)
             out.late.append(exclusion("late", ev, raw, ck, self.wm, self.partition, offset, idx))
             return
-        over = refusal(st, self.cfg, turn is None, self._clock, self._live)
-        if over is not None:
-            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, over[0], over[1], raw,
-                                        event_json(raw, None), now_ms))
+        if self._refused(st, turn is None, raw, idx, offset, now_ms, out):
             return
         new_turn = turn is None
         if turn is None:
@@ -299,6 +278,28 @@ class PartitionProcessor:
             self.maxts = ts
         out.valid.append(event_row(ev, raw, self.partition, offset))
 
+    def _correct(self, st: SessionState, rid: str, done: Tombstone, ev: Envelope, raw: dict[str, Any], idx: int,
+                 offset: int, now_ms: int, out: Outputs) -> None:
+        """A signal for a finalised turn within the correction window: its next revision (corrections.py)."""
+        if self._refused(st, False, raw, idx, offset, now_ms, out):
+            return
+        tomb, rewards, windows = correct(done, ev, self.cfg, offset, self._keep_offset, self._scored, self.partition)
+        st.finalise(rid, tomb)
+        st.note_applied(False)
+        st.note_seen(ev.event_id, ev.ts, offset, idx)
+        self.maxts = max(self.maxts, ev.ts)
+        out.valid.append(event_row(ev, raw, self.partition, offset))
+        out.rewards.extend(rewards)
+        out.windows.extend(windows)
+
+    def _refused(self, st: SessionState, new_turn: bool, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
+                 out: Outputs) -> bool:
+        """Dead-letter the event when one more would put its session over its limits (limits.py)."""
+        over = refusal(st, self.cfg, new_turn, self._clock, self._live)
+        if over is not None:
+            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, None), now_ms))
+        return over is not None
+
     def _clock(self) -> tuple[int, int]:
         return self.wm, self.book.min_closed_through()
 
@@ -306,7 +307,6 @@ class PartitionProcessor:
         """Whether a tombstone is remembered, pruned or not (so no decision depends on wake-up timing)."""
         return t.wm >= self.wm - self.cfg.keep_done_ms or t.served_ts >= self.book.min_closed_through()
 
-    # ------------------------------------------------------------------ settling
     def _session(self, sid: str, cache: dict[str, SessionState], create: bool) -> SessionState | None:
         st = cache.get(sid)
         if st is None:
@@ -355,7 +355,8 @@ class PartitionProcessor:
                     for r in recs:
                         out.rewards.append(r)
                         book.add(r)
-                    st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts, turn.n))
+                    st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts, turn.n,
+                                               *kept(cfg, turn, True)))
                 else:
                     orphan = turn_exclusion(turn, wm, self.partition, failure)
                     out.excluded.append(orphan)  # type: ignore[arg-type]
@@ -398,7 +399,6 @@ class PartitionProcessor:
             self._wake[st.session_id] = t
             heapq.heappush(self._heap, (t, st.session_id))
 
-    # ------------------------------------------------------------------ windows
     def _close_windows(self, offset: int, out: Outputs) -> None:
         limit = self.wm - self.cfg.settle_ms
         if all(window_start(limit, s * 1000) <= self.book.closed_through.get(s, -_NEVER) for s in self.book.sizes_s):
@@ -410,7 +410,6 @@ class PartitionProcessor:
             out.windows.extend(closed)
             self._new_closes.append((offset, closed))
 
-    # ------------------------------------------------------------------ persistence
     def _write(self, cache: dict[str, SessionState], committed: int | None) -> None:
         store, put_json, states = self.store, self._put_json, self._states
         for sid, st in cache.items():
@@ -479,6 +478,9 @@ class PartitionProcessor:
                         self.book.add(r)
                     if tomb.offset >= first_offset:
                         out.rewards.extend(recs)
+                    rewards, windows = reemit(tomb, first_offset, self._scored, self.cfg, self.partition)
+                    out.rewards.extend(rewards)
+                    out.windows.extend(windows)
                 elif tomb.orphan is not None and tomb.offset >= first_offset:
                     out.excluded.append(tomb.orphan)  # type: ignore[arg-type]
             self._schedule(st)
@@ -487,7 +489,6 @@ class PartitionProcessor:
                 out.windows.extend(window_from_obj(w) for w in wins)
         self.ready = True
 
-    # ------------------------------------------------------------------ idle clock
     def pending(self) -> bool:
         """Whether anything (a turn, a tombstone, a window) still waits for the watermark."""
         return bool(self._heap) or bool(self.book.open)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "9b5055c26cc5868a337a19c954681ca1f58b68158e4fcb8d63fa5bb1eb33b52a"
+TABLES_DIGEST = "3ac341abc9bfe809c1357207eaab21dbdce50d661c9c1e28ca6c4f21e54ef953"
 
 
 class EventRow(TypedDict):
@@ -51,7 +51,7 @@ class RewardRecord(TypedDict):
     the first copy is kept.
     """
 
-    # stable_id(spec_version, sample_id, horizon or 'final'); unique per row.
+    # stable_id(spec_version, sample_id, horizon or 'final'[, 'r<revision>']); unique per row.
     reward_id: str
     # The scored agent turn (= request_id).
     sample_id: str
@@ -79,6 +79,8 @@ class RewardRecord(TypedDict):
     provisional: int
     # Last persistence horizon covered, seconds.
     horizon_s: int
+    # 0 = the outcome as first scored; n = its n-th correction by signals that came after it was finalised, within the correction window (same sample_id, own reward_id; the highest is current). Numbers increase; a restart may deliver only the latest of several it re-made.
+    revision: int
     # The scalar reward.
     reward: float
     # Named reward components (spec-defined).
@@ -122,10 +124,11 @@ class RewardRecord(TypedDict):
 class WindowAggregate(TypedDict):
     """A row of ``reward_windows``: Partial aggregates of tumbling windows, one row per (window, source
     partition); merge the partials of one window_key (view windows_merged). A re-emitted partial
-    replaces the older one.
+    replaces the older one. A corrected turn adds a delta partial (samples 0; its latest revision
+    minus its first scoring, so counts may be negative), which its next correction replaces.
     """
 
-    # stable_id(window_key, source_partition).
+    # stable_id(window_key, source_partition); a correction's delta: stable_id(window_key, source_partition, 'rev', sample_id).
     window_id: str
     # stable_id(size, start, checkpoint, arm, surface, spec_version); groups partials.
     window_key: str

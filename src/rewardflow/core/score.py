@@ -78,22 +78,24 @@ def components(o: TurnOutcome, spec: RewardSpec) -> dict[str, float]:
     return _components(o, _compiled(spec))
 
 
-def _reward_id(id_prefix: str, o: TurnOutcome) -> str:
-    # = stable_id(spec_version, request_id, tag): blake2b-128 of each str(part) + "\x1f"
-    return id_of_joined(f"{id_prefix}{o.request_id!s}\x1f{f'h{o.horizon_s}' if o.provisional else 'final'}\x1f")
+def _reward_id(id_prefix: str, o: TurnOutcome, revision: int = 0) -> str:
+    # = stable_id(spec_version, request_id, tag[, f"r{revision}"]): blake2b-128 of each str(part) + "\x1f"
+    rev = f"r{revision}\x1f" if revision else ""
+    return id_of_joined(f"{id_prefix}{o.request_id!s}\x1f{f'h{o.horizon_s}' if o.provisional else 'final'}\x1f{rev}")
 
 
-def reward_id(spec_version: str, o: TurnOutcome) -> str:
-    return _reward_id(f"{spec_version!s}\x1f", o)
+def reward_id(spec_version: str, o: TurnOutcome, revision: int = 0) -> str:
+    return _reward_id(f"{spec_version!s}\x1f", o, revision)
 
 
-def score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None) -> RewardRecord:
-    """The reward record of one outcome under one spec."""
+def score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None, revision: int = 0) -> RewardRecord:
+    """The reward record of one outcome under one spec; ``revision`` > 0 for a correction of a final
+    outcome (its own ``reward_id``, the same ``sample_id``)."""
     c = _compiled(spec)
     comps = _components(o, c)
     get = o.counts.get
     return {
-        "reward_id": _reward_id(c.id_prefix, o),
+        "reward_id": _reward_id(c.id_prefix, o, revision),
         "sample_id": o.request_id,
         "spec_version": c.version,
         "spec_hash": spec_hash or c.content_hash,
@@ -107,6 +109,7 @@ def score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None) -> Rew
         "finalised_by": o.finalised_by,
         "provisional": int(o.provisional),
         "horizon_s": o.horizon_s,
+        "revision": revision,
         "reward": round(sum(comps.values()), 12),
         "components": comps,
         "latency_ms": o.latency_ms,

@@ -40,7 +40,15 @@ from rewardflow.core.turn import TurnState
 
 @dataclass(slots=True)
 class Tombstone:
-    """A finalised turn: its outcome (or orphan exclusion) and where it was decided."""
+    """A finalised turn: its outcome (or orphan exclusion) and where it was decided.
+
+    With corrections on, a served turn's tombstone also keeps the turn (``turn``, TurnState.to_obj),
+    its final ``deadline`` and its corrections ``revs``: ``[revision, source offset, outcome]``,
+    oldest first; the latest always (its outcome None: it is the turn's), earlier ones while a
+    restart may still replay their record (see :mod:`rewardflow.core.corrections`).
+    ``outcome`` stays the one first scored: the windows are rebuilt from it, and a correction's
+    window deltas count from it.
+    """
 
     wm: int  # watermark that finalised it
     offset: int  # source offset of the record whose processing finalised it
@@ -49,13 +57,24 @@ class Tombstone:
     orphan: dict[str, Any] | None  # Exclusion row for orphans
     first_ts: int | None = None  # event time of the turn's oldest event (None in state written before it)
     n: int = 0  # events the turn held (the session limits count them)
+    turn: list[Any] | None = None  # the turn's state, kept for corrections (None: corrections off, or an orphan)
+    deadline: int = 0  # anchor + settle when it was finalised
+    revs: list[list[Any]] = field(default_factory=list)
+
+    @property
+    def rev(self) -> int:
+        """The latest revision (0: never corrected)."""
+        return int(self.revs[-1][0]) if self.revs else 0
 
     def to_obj(self) -> list[Any]:
-        return [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts, self.n]
+        base = [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts, self.n]
+        if self.turn is None:  # (the common shape without corrections: state written before them reads the same)
+            return base
+        return [*base, self.turn, self.deadline, self.revs]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> Tombstone:
-        return cls(*o) if len(o) == 7 else cls(*o[:6], *([None] * (6 - len(o))))
+        return cls(*o) if len(o) in (7, 10) else cls(*o[:6], *([None] * (6 - len(o))))
 
 
 @dataclass(slots=True)

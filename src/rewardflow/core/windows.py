@@ -180,6 +180,45 @@ class WindowBook:
         return out
 
 
+_FLAGS = (("turns_with_edit", "n_edits"), ("turns_dissatisfied", "n_dissatisfied"), ("turns_followup", "n_followups"),
+          ("turns_clarifying", "n_clarifying"), ("turns_broken", "n_tool_broken"))
+_COUNTS = (("tool_calls", "n_tool_calls"), ("tool_broken", "n_tool_broken"), ("tool_error", "n_tool_error"))
+
+
+def correction_deltas(first: RewardRecord, latest: RewardRecord, sizes_s: list[int], partition: int) -> list[WindowAggregate]:
+    """The delta partials of a corrected turn, one per window size: ``latest`` minus ``first`` (the
+    turn's rewards as first scored and as now corrected, same spec and served event), with ``samples``
+    0 and id ``stable_id(window_key, partition, 'rev', sample_id)``. Merged with the window's partials,
+    the turn counts as ``latest``; a later correction's delta replaces this one (same id). The served
+    event does not change, so neither do the window, the latency or the tokens."""
+    ts = first["served_ts"]
+    u0, u1 = round(first["reward"] * _UNIT), round(latest["reward"] * _UNIT)
+    out: list[WindowAggregate] = []
+    for size in sizes_s:
+        start = ts - ts % (size * 1000)
+        key = window_key(size, start, first["checkpoint_id"], first["experiment_arm"], first["surface"],
+                         first["spec_version"])
+        row: dict[str, Any] = {
+            "window_id": id_of_joined(f"{key}\x1f{partition!s}\x1frev\x1f{first['sample_id']!s}\x1f"),
+            "window_key": key, "window_start": start, "window_end": start + size * 1000, "window_size_s": size,
+            "checkpoint_id": first["checkpoint_id"], "experiment_arm": first["experiment_arm"],
+            "surface": first["surface"], "spec_version": first["spec_version"], "source_partition": partition,
+            "samples": 0, "reward_sum": (u1 - u0) / _UNIT, "reward_sq_sum": (u1 * u1 - u0 * u0) / _UNIT_SQ,
+            **{col: int(latest[f] > 0) - int(first[f] > 0) for col, f in _FLAGS},  # type: ignore[literal-required]
+            **{col: latest[f] - first[f] for col, f in _COUNTS},  # type: ignore[literal-required]
+            "completion_tokens_sum": 0,
+            "persisted": _map_delta(first["persisted"], latest["persisted"]),
+            "checked": _map_delta(first["checked"], latest["checked"]),
+            "latency_hist": {}, "latency_p50": 0.0, "latency_p95": 0.0, "latency_p99": 0.0,
+        }
+        out.append(cast(WindowAggregate, row))
+    return out
+
+
+def _map_delta(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+    return {h: b.get(h, 0) - a.get(h, 0) for h in sorted({*a, *b}) if b.get(h, 0) != a.get(h, 0)}
+
+
 def window_from_obj(w: dict[str, Any]) -> WindowAggregate:
     """A window record as stored in the state, with its int map keys restored (JSON made them str)."""
     maps = {k: {int(h): v for h, v in w[k].items()} for k in ("persisted", "checked", "latency_hist")}

@@ -1,8 +1,9 @@
 """How the demo shows its result: the terminal story and the one-page HTML report.
 
 The terminal prints, in order: each candidate's A/B table (with its arms' lineage and exclusions),
-the reconciliation of counts, the Goodhart and exclusion-balance alerts, the replay under the next spec, and last a verdict per candidate, so the final
-lines a newcomer reads are the decisions.
+the reconciliation of counts, the turns corrected by late signals, the Goodhart and
+exclusion-balance alerts, the replay under the next spec, and last a verdict per candidate, so
+the final lines a newcomer reads are the decisions.
 
 Contract: :func:`write_story` writes ``report.html`` into ``out_dir`` (created if needed; raises
 ``OSError`` when it cannot); :func:`print_story` writes to standard output only.
@@ -25,8 +26,22 @@ from rewardflow.demo.reconcile import Check, reconcile_table
 HTML_NAME = "report.html"
 
 
+def correction_line(c: Any) -> str:
+    """One paragraph on the turns corrected by late signals, with the largest change."""
+    if not c.total:
+        return "corrections: no signal came after its turn was finalised"
+    per = ", ".join(f"{ck} {n:,}" for ck, n in c.by_checkpoint.items())
+    text = f"corrections: {c.total:,} turns re-scored by a signal after they were finalised ({per}); the A/B counts " \
+           "each with its latest revision"
+    if c.examples:
+        e = c.examples[0]
+        text += (f"; e.g. {e['sample_id'][:12]}… ({e['checkpoint_id']}): reward {float(e['first_reward']):+.3f} → "
+                 f"{float(e['latest_reward']):+.3f} at revision {e['revision']}")
+    return text
+
+
 def write_story(out_dir: Path, judged: Mapping[str, Any], policy: Policy, windows: Any, alerts: Sequence[Any],
-                shift: Any, planted: Mapping[str, str], spec: str) -> Path:
+                shift: Any, planted: Mapping[str, str], spec: str, corrections: Any = None) -> Path:
     """The HTML page over every checkpoint's windows (the smallest window size); returns its path."""
     first = next(iter(judged.values()))
     checkpoints = [first.report.baseline, *judged]
@@ -35,12 +50,12 @@ def write_story(out_dir: Path, judged: Mapping[str, Any], policy: Policy, window
     size = (starts[0].window_end - starts[0].window_start) // 1000 if starts else None
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / HTML_NAME
-    path.write_text(render_story(judged, policy, points, alerts, shift, planted, size), encoding="utf-8")
+    path.write_text(render_story(judged, policy, points, alerts, shift, planted, size, corrections), encoding="utf-8")
     return path
 
 
 def print_story(judged: Mapping[str, Any], checks: list[Check], alerts: Sequence[Any], shift: Any,
-                planted: Mapping[str, str], html: Path, summary: Path) -> None:
+                planted: Mapping[str, str], html: Path, summary: Path, corrections: Any = None) -> None:
     out = Console()
     for j in judged.values():
         out.print(report_table(j.report))
@@ -51,6 +66,8 @@ def print_story(judged: Mapping[str, Any], checks: list[Check], alerts: Sequence
         if excluded is not None:
             out.print(excluded)
     out.print(reconcile_table(checks))
+    if corrections is not None:
+        out.print(correction_line(corrections))
     if alerts:
         out.print(f"[bold red]{len(alerts)} monitor alert(s) (Goodhart and exclusion balance):")
         for a in alerts:

@@ -2,8 +2,9 @@
 
 Contract: pure. Simulated turns = finalised samples + orphan turns; planted
 malformed records = refused at the ingestion edge (or, sent straight to Kafka,
-dead letters); planted late events = late rows; planted duplicates = duplicate
-exclusions; distinct valid events = events rows.
+dead letters); planted late signals within the correction window = corrected samples
+(a revision > 0), past it = late rows; planted duplicates = duplicate exclusions; distinct
+valid events = events rows.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ class Counts:
     late: int
     dead_letters: int
     events: int
+    corrected: int = 0
 
     def covers(self, expected: Counts) -> bool:
         """Every expected output has arrived (used to stop waiting)."""
         return (self.finalised + self.orphans >= expected.finalised + expected.orphans
-                and self.dead_letters >= expected.dead_letters and self.late >= expected.late)
+                and self.dead_letters >= expected.dead_letters and self.late >= expected.late
+                and self.corrected >= expected.corrected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,8 @@ def expected_counts(truth: Any, *, through_edge: bool = False) -> Counts:
     """What the tables should hold; through the edge, malformed records never reach Kafka."""
     turns = sum(c.turns for c in truth.checkpoints.values())
     return Counts(finalised=turns, orphans=truth.orphan_turns, duplicates=truth.duplicates, late=truth.late,
-                  dead_letters=0 if through_edge else truth.malformed, events=truth.valid_events)
+                  dead_letters=0 if through_edge else truth.malformed, events=truth.valid_events,
+                  corrected=truth.corrected)
 
 
 def reconcile(expected: Counts, actual: Counts, edge: tuple[int, int] | None = None) -> list[Check]:
@@ -57,7 +61,9 @@ def reconcile(expected: Counts, actual: Counts, edge: tuple[int, int] | None = N
         Check("orphan turns", expected.orphans, actual.orphans),
         Check("dead letters" if edge is not None else "planted malformed = dead letters",
               expected.dead_letters, actual.dead_letters),
-        Check("planted late events = late rows", expected.late, actual.late),
+        Check("planted late signals within the correction window = corrected samples", expected.corrected,
+              actual.corrected),
+        Check("planted late signals past it = late rows", expected.late, actual.late),
         Check("planted duplicates = duplicate exclusions", expected.duplicates, actual.duplicates),
         Check("distinct valid events = events rows", expected.events, actual.events),
     ]

@@ -42,7 +42,9 @@ SELECT
   (SELECT uniqExact(exclusion_id) FROM exclusions WHERE reason = 'duplicate') AS duplicates,
   (SELECT uniqExact(exclusion_id) FROM late_events) AS late,
   (SELECT uniqExact(dead_letter_id) FROM dead_letters) AS dead_letters,
-  (SELECT uniqExact(event_id) FROM events) AS events
+  (SELECT uniqExact(event_id) FROM events) AS events,
+  (SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0 AND spec_version = {spec:String}
+   AND revision > 0) AS corrected
 """
 
 
@@ -193,7 +195,7 @@ class DemoRunner:
         assert planted is not None, hack
         cfg = story_config(BASELINE, CANDIDATE, GAMING, hack=planted, candidate_kind=candidate_kind, noise=noise,
                            sessions=sessions, turns_per_session=turns, seed=seed, start_ms=self.start_ms,
-                           grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms)
+                           grace_ms=s.grace_ms, lateness_ms=s.allowed_lateness_ms, correction_ms=s.correction_window_ms)
         self.planted = {CANDIDATE: "the published gains" if candidate_kind == "published" else "a clearly worse model",
                         GAMING: "the published gains, and clients that hide failing turns (hide-failures)"
                         if hack == "hide-failures" else f"the published gains, and the {hack} reward hack"}
@@ -261,14 +263,15 @@ class DemoRunner:
 
     def _report(self, truth: Any, expected: Counts, counts: Counts, done: bool, alerts: list[Any],
                 json_only: bool, out_dir: Path, policy_path: Path | None) -> int:
-        from rewardflow.analysis.source import fetch_registry, fetch_rewards, fetch_windows
+        from rewardflow.analysis.source import fetch_corrections, fetch_registry, fetch_rewards, fetch_windows
         from rewardflow.demo.present import print_story, write_story
-        from rewardflow.demo.story import judge, load_gate, next_spec, replay_shift
+        from rewardflow.demo.story import corrections_of, judge, load_gate, next_spec, replay_shift
 
         spec = self._spec_version()
         policy = load_gate(policy_path)
         judged = judge(fetch_rewards(self.settings, CHECKPOINTS, spec), BASELINE, [CANDIDATE, GAMING], spec, alerts, policy,
                        fetch_registry(self.settings), self.balance.overall if self.balance is not None else None)
+        corrections = corrections_of(fetch_corrections(self.settings, spec))
         shift = None
         nxt = next_spec(self.settings, spec)
         blocked = [a for a in alerts if judged[a["checkpoint_id"]].verdict.alerts  # the next spec answers a Goodhart
@@ -282,11 +285,12 @@ class DemoRunner:
         edge = (truth.malformed, self.edge_stats.refused) if self.edge_stats is not None else None
         checks = reconcile(expected, counts, edge)
         ok = done and all(c.ok for c in checks)
-        html = write_story(out_dir, judged, policy, windows, alerts, shift, self.planted, spec)
+        html = write_story(out_dir, judged, policy, windows, alerts, shift, self.planted, spec, corrections)
         summary = {"ok": ok, "candidates": {ck: {"report": j.report.to_dict(), "gate": dataclasses.asdict(j.gate),
                                                  "verdict": j.verdict.to_dict(), "simulated": self.planted[ck]}
                                             for ck, j in judged.items()},
                    "replay": dataclasses.asdict(shift) if shift is not None else None,
+                   "corrections": {**dataclasses.asdict(corrections), "total": corrections.total},
                    "reconciliation": [{"check": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in checks],
                    "alerts": alerts, "monitors": dataclasses.asdict(self.monitors), "sim_start_ms": self.start_ms,
                    "unattributed_exclusions": self.balance.unattributed if self.balance is not None else None,
@@ -296,7 +300,7 @@ class DemoRunner:
         if json_only:
             print(orjson.dumps(summary, option=orjson.OPT_NON_STR_KEYS).decode())
         else:
-            print_story(judged, checks, alerts, shift, self.planted, html, out_dir / "summary.json")
+            print_story(judged, checks, alerts, shift, self.planted, html, out_dir / "summary.json", corrections)
             if not done:
                 Console().print("[red]not every simulated turn was finalised in time")
         return 0 if ok else 1

@@ -66,6 +66,25 @@ def judge(rows: Any, baseline: str, candidates: list[str], spec: str, alerts: li
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Corrections:
+    """Turns re-scored by signals that came after they were finalised, within the correction window."""
+
+    by_checkpoint: dict[str, int]  # checkpoint -> corrected samples
+    examples: list[dict[str, Any]]  # the largest changes: sample_id, checkpoint_id, revision, first/latest reward
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_checkpoint.values())
+
+
+def corrections_of(rows: list[dict[str, Any]], examples: int = 3) -> Corrections:
+    """Summary of :func:`~rewardflow.analysis.source.fetch_corrections` rows (pure)."""
+    by: Counter[str] = Counter(str(r["checkpoint_id"]) for r in rows)
+    top = sorted(rows, key=lambda r: (-abs(float(r["latest_reward"]) - float(r["first_reward"])), str(r["sample_id"])))
+    return Corrections(dict(sorted(by.items())), top[:examples])
+
+
 def load_gate(path: Path | None) -> Policy:
     return load_policy(path or DEFAULT_POLICY)
 

@@ -83,7 +83,8 @@ def records_by_partition(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[tu
 def replay_partition(records: list[tuple[int, list[dict[str, Any]]]], spec: RewardSpec, cfg: JoinConfig,
                      partition: int, progress: Callable[[int], None] | None = None,
                      tally: Counter[str] | None = None) -> list[RewardRecord]:
-    """Final reward records of one partition's records, via a fresh processor.
+    """Final reward records of one partition's records, via a fresh processor: one per turn, its latest
+    revision when a stored signal corrected it.
 
     The record size and batch limits are lifted (the events were accepted
     once; re-encoding Avro as JSON may grow a record). ``tally`` counts what
@@ -106,7 +107,10 @@ def replay_partition(records: list[tuple[int, list[dict[str, Any]]]], spec: Rewa
             progress(len(events))
     if records:
         feed(orjson.dumps({"wm": proc.maxts + cfg.settle_ms}), _TICK_HEADERS, records[-1][0] + 1, "replay")
-    return final
+    latest: dict[str, RewardRecord] = {}  # a turn the replay corrects counts once, as its latest revision
+    for r in final:
+        latest[r["sample_id"]] = r
+    return list(latest.values())
 
 
 def replay_events(rows: Iterable[Mapping[str, Any]], spec: RewardSpec, cfg: JoinConfig,

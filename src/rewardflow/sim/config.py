@@ -59,6 +59,8 @@ class SimConfig(BaseModel):
     think_time: LogNormal = LogNormal(median=40_000.0, sigma=0.8)
     grace_ms: int = Field(default=60_000, ge=0, description="the pipeline's grace (REWARDFLOW_GRACE_MS)")
     lateness_ms: int = Field(default=5_000, ge=0, description="the pipeline's allowed lateness")
+    correction_ms: int = Field(default=0, ge=0, description="the pipeline's correction window "
+                                                            "(REWARDFLOW_CORRECTION_WINDOW_MS; 0: off)")
 
     @model_validator(mode="after")
     def _coherent(self) -> SimConfig:

@@ -133,7 +133,7 @@ class Simulator:
                 if nrng.random() < noise.duplicate_rate:
                     out.append((due + nrng.randint(100, 5_000), _NORMAL, e))
                     truth.duplicates += 1
-            self._plant_extras(nrng, ctx, draft, out)
+            self._plant_extras(nrng, ctx, draft, out, orphan)
             t = draft.end_ms + max(1_000, round(cfg.think_time.sample(rng)))
         return self._groups(ctx.session_id, out)
 
@@ -145,7 +145,7 @@ class Simulator:
         return random.Random(f"{draft.request_id}:hide").random() < rate
 
     def _plant_extras(self, rng: random.Random, ctx: SessionContext, draft: TurnDraft,
-                      out: list[tuple[int, int, Envelope | bytes]]) -> None:
+                      out: list[tuple[int, int, Envelope | bytes]], orphan: bool) -> None:
         cfg, truth, noise = self.config, self._truth, self.config.noise
         if rng.random() < noise.late_rate:
             at = draft.anchor_ms + cfg.settle_ms + rng.randint(*noise.late_extra_ms)
@@ -153,7 +153,10 @@ class Simulator:
                 late = FollowUp(event_id=new_id(rng), schema_version=1, ts=at, org_id=ctx.org_id, session_id=ctx.session_id,
                                 request_id=draft.request_id, producer=ctx.producer, dissatisfied=True)
                 truth.count_event(late)
-                truth.late += 1
+                if not orphan and at <= draft.anchor_ms + cfg.settle_ms + cfg.correction_ms:
+                    truth.corrected += 1  # within the correction window: a new revision of the turn
+                else:
+                    truth.late += 1
                 out.append((at, _LATE, late))
         if rng.random() < noise.malformed_rate:
             kind = rng.choice(MALFORMED_KINDS)

@@ -10,7 +10,9 @@ reconciled exactly:
   inside ``grace − lateness``).
 * **late**: an *extra* dissatisfied follow-up of a turn whose event time (and
   delivery) is ``late_extra_ms`` beyond the turn's final deadline
-  (anchor + last horizon + grace); the core routes it to ``late``.
+  (anchor + last horizon + grace). Within the pipeline's correction window
+  (``SimConfig.correction_ms``) it corrects the turn (a new revision), past it
+  the core routes it to ``late``.
 * **orphan**: a turn whose ``InferenceServed`` is never sent; the core
   excludes the turn as ``orphan`` and emits no reward for it.
 * **malformed**: a record of raw bytes that must be dead-lettered (one dead

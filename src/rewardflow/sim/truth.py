@@ -112,7 +112,8 @@ class GroundTruth:
     events_sent: int = 0  # valid events sent, duplicates included
     duplicates: int = 0
     out_of_order: int = 0
-    late: int = 0
+    late: int = 0  # planted late signals past the correction window
+    corrected: int = 0  # planted late signals within it: each corrects its turn once
     orphan_turns: int = 0
     malformed: int = 0
     malformed_by_kind: dict[str, int] = field(default_factory=dict)
@@ -120,7 +121,7 @@ class GroundTruth:
 
     @property
     def valid_events(self) -> int:
-        """Expected rows of the events table: distinct valid events minus late ones."""
+        """Expected rows of the events table: distinct valid events minus late ones (a correcting one is stored)."""
         return self.events_generated - self.late
 
     @property
@@ -139,7 +140,7 @@ class GroundTruth:
             "checkpoints": {c: t.to_dict() for c, t in self.checkpoints.items()},
             "events_generated": self.events_generated, "valid_events": self.valid_events,
             "events_sent": self.events_sent, "duplicates": self.duplicates, "out_of_order": self.out_of_order,
-            "late": self.late, "orphan_turns": self.orphan_turns, "malformed": self.malformed,
+            "late": self.late, "corrected": self.corrected, "orphan_turns": self.orphan_turns, "malformed": self.malformed,
             "malformed_by_kind": dict(self.malformed_by_kind),
         }
 
