@@ -23,7 +23,7 @@ def reward(i: int, *, checkpoint: str = "ck-a", arm: str = "control", spec: str 
         reward_id=stable_id(spec, sample, horizon if provisional else "final"), sample_id=sample, spec_version=spec,
         spec_hash="h" * 16, org_id="org", session_id=f"s-{i // 10}", checkpoint_id=checkpoint, experiment_arm=arm,
         surface="agent", served_ts=T0 + i * 1000, finalised_wm=T0 + i * 1000 + 960_000, finalised_by="watermark",
-        provisional=provisional, horizon_s=horizon, reward=reward_value, components={"persist": 0.4, "accept": 0.1},
+        provisional=provisional, horizon_s=horizon, revision=0, reward=reward_value, components={"persist": 0.4, "accept": 0.1},
         latency_ms=1000 + i % 7, ttft_ms=100, completion_tokens=200, n_edits=1, n_tool_calls=2, n_tool_broken=0,
         n_tool_error=0, n_clarifying=0, n_followups=1, n_dissatisfied=i % 5 == 0, n_accept=1, n_reject=0, n_undo=0,
         n_revert=0, persistence={30: 1.0, 900: 0.8}, persisted={30: 1, 900: 1}, checked={30: 1, 900: 1},

@@ -110,7 +110,7 @@ def typed(x: Any) -> Any:
     return (type(x).__name__, x)
 
 
-def reference_score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None) -> dict[str, Any]:
+def reference_score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = None, revision: int = 0) -> dict[str, Any]:
     """The plain definition of a reward record: each field straight from the outcome and the spec."""
     from rewardflow.core.records import stable_id
 
@@ -124,12 +124,13 @@ def reference_score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = No
         "clarifying": w.clarifying * o.count("clarifying"),
     }
     return {
-        "reward_id": stable_id(spec.version, o.request_id, f"h{o.horizon_s}" if o.provisional else "final"),
+        "reward_id": stable_id(spec.version, o.request_id, f"h{o.horizon_s}" if o.provisional else "final",
+                               *([f"r{revision}"] if revision else [])),
         "sample_id": o.request_id, "spec_version": spec.version, "spec_hash": spec_hash or spec.content_hash,
         "org_id": o.org_id, "session_id": o.session_id, "checkpoint_id": o.checkpoint_id,
         "experiment_arm": o.experiment_arm, "surface": o.surface, "served_ts": o.served_ts,
         "finalised_wm": o.finalised_wm, "finalised_by": o.finalised_by, "provisional": int(o.provisional),
-        "horizon_s": o.horizon_s, "reward": round(sum(comps.values()), 12), "components": comps,
+        "horizon_s": o.horizon_s, "revision": revision, "reward": round(sum(comps.values()), 12), "components": comps,
         "latency_ms": o.latency_ms, "ttft_ms": o.ttft_ms, "completion_tokens": o.completion_tokens,
         "n_edits": o.n_edits, "n_tool_calls": o.count("tool_calls"), "n_tool_broken": o.count("tool_broken"),
         "n_tool_error": o.count("tool_error"), "n_clarifying": o.count("clarifying"),
@@ -154,19 +155,21 @@ COUNTER_NAMES = ["tool_calls", "tool_broken", "tool_error", "clarifying", "follo
     provisional=st.booleans(),
     request_id=st.text(min_size=1, max_size=8),
     spec_hash=st.sampled_from([None, "", "pinned"]),
+    revision=st.sampled_from([0, 0, 1, 7]),
 )
 def test_score_is_exactly_the_plain_definition(w: RewardWeights, counts: dict[str, int], checked: dict[int, int],
                                                survival: float, latency_ms: int, provisional: bool, request_id: str,
-                                               spec_hash: str | None) -> None:
+                                               spec_hash: str | None, revision: int) -> None:
     """Bit for bit (float signs such as -0.5 × 0 = -0.0 included), key order and types, ids."""
     spec = RewardSpec(version="p", weights=w)
     o = outcome(counts=counts, checked=checked, persistence={h: survival for h in checked},
                 persisted={h: n for h, n in checked.items()}, latency_ms=latency_ms, provisional=provisional,
                 horizon_s=30 if provisional else 120, request_id=request_id)
-    want = reference_score(o, spec, spec_hash)
-    assert typed(score(o, spec, spec_hash)) == typed(want)
+    revision = 0 if provisional else revision  # (only final outcomes are corrected)
+    want = reference_score(o, spec, spec_hash, revision)
+    assert typed(score(o, spec, spec_hash, revision)) == typed(want)
     assert typed(components(o, spec)) == typed(want["components"])
-    assert reward_id("p", o) == want["reward_id"]
+    assert reward_id("p", o, revision) == want["reward_id"]
 
 
 def test_specs_are_never_confused_even_when_many_or_short_lived() -> None:

@@ -123,11 +123,12 @@ def fetch_balance(settings: Settings, window_rows: Any = (), *, window_s: int = 
 
 def fetch_corrections(settings: Settings, spec_version: str) -> list[dict[str, Any]]:
     """Each corrected sample of ``spec_version``: its checkpoint, revisions, and first and latest reward."""
-    sql = ("SELECT sample_id, any(checkpoint_id) AS checkpoint_id, max(revision) AS revision, "
+    sql = ("SELECT sample_id, any(checkpoint_id) AS checkpoint_id, max(revision) AS latest_revision, "
            "argMin(reward, revision) AS first_reward, argMax(reward, revision) AS latest_reward "
            "FROM rewards WHERE provisional = 0 AND spec_version = {spec:String} "
-           "GROUP BY sample_id HAVING max(revision) > 0 ORDER BY sample_id")
-    return list(_query(settings, sql, {"spec": spec_version}).to_pylist())
+           "GROUP BY sample_id HAVING latest_revision > 0 ORDER BY sample_id")
+    rows = _query(settings, sql, {"spec": spec_version}).to_pylist()
+    return [{**{k: v for k, v in r.items() if k != "latest_revision"}, "revision": r["latest_revision"]} for r in rows]
 
 
 def fetch_registry(settings: Settings) -> Registry:
