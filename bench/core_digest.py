@@ -9,10 +9,11 @@ same run ``--reps`` times (no hashing) and prints events/s.
 
 Use it to prove a change to the core output-identical: the outputs digest must
 not move. It depends only on the code and the seed (event time is the workload's,
-``now_ms`` is 0). The current outputs digests: avro ``9ceb5c09…a9a7``, json
-``e59a683f…0818``, ``--store json --batch-records 7`` ``237e8b5b…f1``; the state
-digest, avro ``76b087a1…a1bb``. The state digest moves only when the stored
-format does.
+``now_ms`` is 0). The current outputs digests: avro ``e6ab6b0e…1057``, json
+``69a27541…991f``, ``--store json --batch-records 7`` ``e6e7f855…77a4``; the state
+digest, avro: ``5d85cc6a…7509`` with the default correction window (finalised
+turns keep their state), ``76b087a1…a1bb`` with ``REWARDFLOW_CORRECTION_WINDOW_MS=0``.
+The state digest moves only when the stored format does.
 
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
