@@ -137,7 +137,7 @@ REWARDS = TableDef(
 
 SIGNED_WINDOW_COLUMNS = ("turns_with_edit", "turns_dissatisfied", "turns_followup", "turns_clarifying", "turns_broken",
                          "tool_calls", "tool_broken", "tool_error", "persisted", "checked")
-"""Columns a correction's delta partial may make negative (Int64; they were UInt64 before corrections)."""
+"""Columns a correction's delta partial may make negative, hence Int64 (migration 8 gives a database made earlier these types)."""
 
 REWARD_WINDOWS = TableDef(
     name="reward_windows",
