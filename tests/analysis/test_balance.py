@@ -118,14 +118,17 @@ def test_attribution_prefers_the_rows_own_checkpoint_and_counts_the_rest() -> No
     assert lost == Counter({"orphan": 1})
 
 
-def test_dead_letters_name_their_turn_when_their_json_does() -> None:
+def test_dead_letters_name_their_turn_when_their_json_does_but_never_their_checkpoint() -> None:
     def row(i: int, original: bytes, session: str = "") -> dict[str, Any]:
         return {"dead_letter_id": f"d{i}", "session_id": session, "original_b64": base64.b64encode(original).decode()}
 
-    served = orjson.dumps({"session_id": "s1", "request_id": "r1", "checkpoint_id": "ck", "ts": 5})
+    served = orjson.dumps({"session_id": "s1", "request_id": "r1", "checkpoint_id": "ck-cand", "ts": 5})
     got = from_dead_letters([row(1, served), row(2, b"{not json", "s2"), row(3, b"[1, 2]")])
     assert [(x.checkpoint_id, x.session_id, x.unit, x.ts) for x in got] == [
-        ("ck", "s1", "r1", 5), ("", "s2", "dl:d2", None), ("", "", "dl:d3", None)]
+        ("", "s1", "r1", 5), ("", "s2", "dl:d2", None), ("", "", "dl:d3", None)]
+    # a forged body naming a candidate is charged to the checkpoint its session really has, or to none
+    kept, lost = attribute(got, {"s1": "ck-base"})
+    assert [(x.checkpoint_id, x.unit) for x in kept] == [("ck-base", "r1")] and lost == Counter({"dead_letter": 2})
 
 
 def test_rates_test_both_directions_and_respect_min_samples() -> None:

@@ -8,9 +8,12 @@ by reason, and tests the difference against the baseline in each window and over
 * **Units are turns.** An exclusion row names its turn (``request_id``); a dead letter names it when
   its original JSON does. Several rows of one turn count once per reason. A dead letter whose turn
   is unknown (a body that is not JSON, a whole refused record) counts as one unit of its own.
-* **Attribution.** A row that names its checkpoint (late events, a dead-lettered ``InferenceServed``)
-  keeps it; any other takes the checkpoint of its session's scored turns (``sessions``). Rows
-  attributable to no checkpoint are counted apart (:attr:`Balance.unattributed`), never guessed.
+* **Attribution.** A row the worker attributed (a late event: the checkpoint of its finalised
+  turn) keeps its checkpoint; any other takes the checkpoint of its session's scored turns
+  (``sessions``). A dead letter's body is what a producer wrote, refused: its ``checkpoint_id``
+  is never believed, so a forged body cannot charge a checkpoint with exclusions beyond the
+  sessions that checkpoint really served. Rows attributable to no checkpoint are counted apart
+  (:attr:`Balance.unattributed`), never guessed.
 * **Rates.** The population of an arm is its scored turns plus its distinct turns lost outright
   (``dead_letter``, ``orphan``, ``scoring_error``). ``rate(reason) = units / population``;
   ``excluded`` is the union of every reason. ``late`` turns were scored without their late signals,
@@ -66,14 +69,15 @@ def from_exclusions(rows: Iterable[Mapping[str, Any]]) -> list[Excluded]:
 
 
 def from_dead_letters(rows: Iterable[Mapping[str, Any]]) -> list[Excluded]:
-    """``dead_letters`` rows; the turn, checkpoint and event time come from the original JSON when it has them."""
+    """``dead_letters`` rows; the session, turn and event time come from the original JSON when it has them
+    (the checkpoint never does: see the module doc)."""
     out = []
     for r in rows:
         doc = _json_object(str(r.get("original_b64") or ""))
-        rid, ck, ts = doc.get("request_id"), doc.get("checkpoint_id"), doc.get("ts")
+        rid, ts = doc.get("request_id"), doc.get("ts")
         session = doc.get("session_id") if isinstance(doc.get("session_id"), str) else str(r.get("session_id") or "")
         unit = rid if isinstance(rid, str) and rid else "dl:" + str(r["dead_letter_id"])
-        out.append(Excluded("dead_letter", ck if isinstance(ck, str) else "", str(session), unit,
+        out.append(Excluded("dead_letter", "", str(session), unit,
                             ts if isinstance(ts, int) and not isinstance(ts, bool) else None))
     return out
 
