@@ -44,9 +44,10 @@ Scored = list[tuple[RewardSpec, str]]  # each active spec with its content hash
 KEEP_REVISIONS = 4
 
 
-def kept(cfg: JoinConfig, turn: TurnState, served: bool) -> tuple[list[Any] | None, int]:
-    """What a tombstone keeps of a finalised turn for corrections: its state and deadline (None, 0 when off)."""
-    if not cfg.correction_ms or not served:
+def kept(cfg: JoinConfig, turn: TurnState) -> tuple[list[Any] | None, int]:
+    """What the tombstone of a finalised served turn keeps for corrections: its state and deadline
+    (None, 0 when corrections are off)."""
+    if not cfg.correction_ms:
         return None, 0
     return turn.to_obj(), turn.anchor() + cfg.settle_ms
 

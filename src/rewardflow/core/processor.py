@@ -356,7 +356,7 @@ class PartitionProcessor:
                         out.rewards.append(r)
                         book.add(r)
                     st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts, turn.n,
-                                               *kept(cfg, turn, True)))
+                                               *kept(cfg, turn)))
                 else:
                     orphan = turn_exclusion(turn, wm, self.partition, failure)
                     out.excluded.append(orphan)  # type: ignore[arg-type]

@@ -135,7 +135,8 @@ class SessionState:
             self._seen_min = ts
 
     def finalise(self, request_id: str, tomb: Tombstone) -> None:
-        """Record a finalised turn's tombstone (tombstones are never changed afterwards)."""
+        """Record a finalised turn's tombstone, or replace it with its next revision (corrections.py);
+        a tombstone is never changed in place."""
         if request_id in self.done:
             self._done_json = None  # replaced in place: encode anew (new tombstones are appended)
         self.done[request_id] = tomb
