@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,12 +34,13 @@ class KafkaUnavailable(Exception):
 
 
 class _Request:
-    """The records of one request still awaiting acknowledgement, and the future its caller awaits."""
+    """The records of one request still awaiting acknowledgement, the future its caller awaits, and
+    the monotonic time after which it has failed."""
 
-    __slots__ = ("future", "left")
+    __slots__ = ("future", "left", "deadline")
 
-    def __init__(self, future: asyncio.Future[None], left: int) -> None:
-        self.future, self.left = future, left
+    def __init__(self, future: asyncio.Future[None], left: int, deadline: float) -> None:
+        self.future, self.left, self.deadline = future, left, deadline
 
     def report(self, err: KafkaError | None, _msg: Message | None = None) -> None:
         """A delivery report: count an acknowledgement; done at the last, or failed at the first error."""
@@ -60,23 +62,42 @@ class AckingProducer:
             **config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4",
             "message.timeout.ms": int(timeout_s * 1000), "client.id": "rewardflow-collector",
         })
-        self._waiting = 0  # requests awaiting acknowledgement
+        self._waiting: deque[_Request] = deque()  # in send order, so in deadline order
         self._poller: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()  # set by a send while the poller idles
 
     async def _serve_reports(self) -> None:
         """Poll for delivery reports on the serving loop: every millisecond while requests wait, else
-        every 50 ms (librdkafka's error events). Reports settle their requests here, on the loop."""
+        every 50 ms (librdkafka's error events), woken at once by a send. Reports settle their requests
+        here, on the loop; a request past its deadline is failed here too (one sweep, not a timer per
+        request)."""
+        waiting, wake = self._waiting, self._wake
         while True:
             self._producer.poll(0)
-            await asyncio.sleep(POLL_BUSY_S if self._waiting else POLL_IDLE_S)
+            if waiting:
+                now = time.monotonic()
+                while waiting and (waiting[0].future.done() or waiting[0].deadline < now):
+                    fut = waiting.popleft().future
+                    if not fut.done():
+                        fut.set_exception(KafkaUnavailable(f"Kafka did not acknowledge within {self.timeout_s:.0f} s"))
+            if waiting:
+                await asyncio.sleep(POLL_BUSY_S)
+                continue
+            wake.clear()
+            try:
+                async with asyncio.timeout(POLL_IDLE_S):
+                    await wake.wait()
+            except TimeoutError:
+                pass
 
     async def send(self, sessions: Mapping[str, Sequence[dict[str, Any]]]) -> float:
         """Produce one record per session and wait for every acknowledgement; returns the seconds it took."""
         loop = asyncio.get_running_loop()
         if self._poller is None or self._poller.get_loop() is not loop:
+            self._wake = asyncio.Event()  # (an Event binds to the loop that first waits on it)
             self._poller = loop.create_task(self._serve_reports(), name="rewardflow-collector-kafka")
         started = time.perf_counter()
-        request = _Request(loop.create_future(), len(sessions))
+        request = _Request(loop.create_future(), len(sessions), time.monotonic() + self.timeout_s + 1.0)
         try:
             for session_id, events in sessions.items():
                 self._producer.produce(self.topic, encode_json(events), session_id.encode(), headers=_HEADERS,
@@ -84,14 +105,9 @@ class AckingProducer:
         except BufferError:
             request.future.cancel()
             raise KafkaUnavailable("the edge's Kafka queue is full") from None
-        self._waiting += 1
-        try:
-            async with asyncio.timeout(self.timeout_s + 1.0):
-                await request.future
-        except TimeoutError:
-            raise KafkaUnavailable(f"Kafka did not acknowledge within {self.timeout_s:.0f} s") from None
-        finally:
-            self._waiting -= 1
+        self._waiting.append(request)
+        self._wake.set()
+        await request.future
         return time.perf_counter() - started
 
     def close(self, timeout: float = 30.0) -> int:
