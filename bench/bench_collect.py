@@ -27,8 +27,10 @@ One run, on the same events:
    same events, as pre-built models, in the same order to a fresh topic; from the
    second emit until every event is acknowledged (the first, untimed, connects).
 4. collector (timed): ``--clients`` threads (or ``--procs`` processes of them), each
-   over one keep-alive ``http.client.HTTPConnection`` with TCP_NODELAY (as urllib3 sets
-   it), ``POST /v1/events`` with the org's key; a session's requests always go through the same client, in order. A
+   over one keep-alive HTTP/1.1 connection with TCP_NODELAY (as urllib3 sets it), a lean
+   client (one ``sendall`` per request, the answer read by ``Content-Length``: the load
+   generator takes as little as it can of the two cores the collector and the broker share),
+   ``POST /v1/events`` with the org's key; a session's requests always go through the same client, in order. A
    429 or 503 is retried after ``Retry-After`` (counted). One untimed request first
    warms the collector's producer; each connection is opened (``GET /healthz``)
    before the clock starts. Clock: from releasing the clients until the last 202.
@@ -211,8 +213,18 @@ def sdk_requests(bootstrap: str, topic: str, partitions: int, n_records: int, mo
 
 
 # ---------------------------------------------------------------------- the HTTP clients
+_CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
+
+
 class Client(threading.Thread):
-    """Sends its requests in order over one keep-alive connection; records each latency."""
+    """Sends its requests in order over one keep-alive connection; records each latency.
+
+    A lean HTTP/1.1 client: each request is one ``sendall`` of prebuilt header bytes and the body,
+    and the answer is read by ``Content-Length``: 0.06-0.08 ms of this process's CPU per request,
+    against 0.24 ms with ``http.client`` (which parses every response's headers with the email
+    package). On a shared 2-core machine the load generator's CPU is taken from the collector and
+    the broker. TCP_NODELAY, as urllib3/requests set it.
+    """
 
     def __init__(self, host: str, port: int, keys: dict[str, str], requests: list[Request], go: threading.Event) -> None:
         super().__init__(daemon=True, name="bench-collect-client")
@@ -223,43 +235,64 @@ class Client(threading.Thread):
         self.rejected = 0
         self.finished_at = 0.0
         self.error: BaseException | None = None
-        self.conn = http.client.HTTPConnection(host, port, timeout=120)
+        self.sock: socket.socket | None = None
+        self._buf = b""
 
     def open(self) -> None:
-        """Connect (untimed): one GET /healthz over the keep-alive connection.
+        """Connect (untimed) and send one GET /healthz over the keep-alive connection."""
+        self.sock = socket.create_connection((self.host, self.port), timeout=120)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n" % self.host.encode())
+        status, _headers, _body = self.answer()
+        if status != 200:
+            raise RuntimeError(f"GET /healthz: {status}")
 
-        TCP_NODELAY, as urllib3/requests set it: ``http.client`` writes the headers and the body
-        in two sends, and without it the body waits for the server's delayed ACK (~40 ms).
-        """
-        self.conn.connect()
-        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.conn.request("GET", "/healthz")
-        resp = self.conn.getresponse()
-        resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"GET /healthz: {resp.status}")
+    def answer(self) -> tuple[int, bytes, bytes]:
+        """Read one response: its status, raw header block and body (by ``Content-Length``)."""
+        assert self.sock is not None
+        buf, recv = self._buf, self.sock.recv
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            chunk = recv(65536)
+            if not chunk:
+                raise ConnectionError("the collector closed the connection")
+            buf += chunk
+        head = buf[:end]
+        found = _CONTENT_LENGTH.search(head)
+        if found is None:
+            raise ConnectionError(f"an answer without Content-Length: {head[:200]!r}")
+        length = int(found.group(1))
+        need = end + 4 + length
+        while len(buf) < need:
+            chunk = recv(65536)
+            if not chunk:
+                raise ConnectionError("the collector closed the connection")
+            buf += chunk
+        self._buf = buf[need:]
+        return int(head[9:12]), head, buf[end + 4:need]
 
     def run(self) -> None:
         self.go.wait()
-        conn, perf, lat = self.conn, time.perf_counter, self.latencies
-        headers = {org: {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-                   for org, key in self.keys.items()}
+        assert self.sock is not None
+        sendall, perf, lat = self.sock.sendall, time.perf_counter, self.latencies
+        heads = {org: (f"POST /v1/events HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {key}\r\n"
+                       "Content-Type: application/json\r\nContent-Length: ").encode()
+                 for org, key in self.keys.items()}
         try:
             for _sid, org, events_json, n in self.requests:
                 while True:
                     body = body_of(events_json)
                     t = perf()
-                    conn.request("POST", "/v1/events", body=body, headers=headers[org])
-                    resp = conn.getresponse()
-                    data = resp.read()
+                    sendall(b"%b%d\r\n\r\n%b" % (heads[org], len(body), body))
+                    status, head, data = self.answer()
                     lat.append(perf() - t)
-                    self.statuses[resp.status] += 1
-                    if resp.status in (429, 503):
+                    self.statuses[status] += 1
+                    if status in (429, 503):
                         self.retries += 1
-                        time.sleep(float(resp.getheader("Retry-After") or 1))
+                        found = re.search(rb"(?i)\r\nretry-after:\s*(\d+)", head)
+                        time.sleep(float(found.group(1)) if found else 1.0)
                         continue
-                    if resp.status != 202:
-                        raise RuntimeError(f"POST /v1/events: {resp.status} {data[:300]!r}")
+                    if status != 202:
+                        raise RuntimeError(f"POST /v1/events: {status} {data[:300]!r}")
                     if not data.endswith(b'"rejected":[],"clock_offset_ms":0}'):  # the common case, without parsing
                         doc = orjson.loads(data)
                         self.rejected += len(doc["rejected"])
@@ -272,7 +305,7 @@ class Client(threading.Thread):
             self.error = exc
         finally:
             self.finished_at = perf()
-            conn.close()
+            self.sock.close()
 
 
 def shard(requests: list[Request], n: int) -> list[list[Request]]:
