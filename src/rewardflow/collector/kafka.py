@@ -1,6 +1,6 @@
 """The edge's Kafka producer: a request is answered only once Kafka acknowledged all of it.
 
-One idempotent librdkafka producer (``acks=all``) per collector, polled by a task on the serving
+One idempotent librdkafka producer (``acks=all``, no linger) per collector, polled by a task on the serving
 loop itself: a delivery report resolves its request's future where it is awaited, with no thread
 hand-over (a poll thread would wait for the interpreter lock behind the busy loop). Records are keyed by
 ``session_id`` (one record per session of a request, JSON: the events as validated), so a session's
@@ -58,8 +58,11 @@ class _Request:
 class AckingProducer:
     def __init__(self, config: dict[str, Any], topic: str, timeout_s: float) -> None:
         self.topic, self.timeout_s = topic, timeout_s
+        # linger.ms 0: every request waits for its acknowledgement, so a linger adds its whole value to
+        # each request's latency (and clients wait on it); records queued while a produce request is in
+        # flight are still sent together in the next one
         self._producer = Producer({
-            **config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4",
+            **config, "enable.idempotence": True, "acks": "all", "linger.ms": 0, "compression.type": "lz4",
             "message.timeout.ms": int(timeout_s * 1000), "client.id": "rewardflow-collector",
         })
         self._waiting: deque[_Request] = deque()  # in send order, so in deadline order
