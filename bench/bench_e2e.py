@@ -23,6 +23,14 @@ For each size N (``--sizes``, default 100k, 300k, 1M events) and each repeat (``
    p50/p99 of the delay, for final rewards (and all rows). Target p99 <= 2 s.
    Note: most rewards here are emitted *during* the backlog, i.e. under full
    load, which is the worst case.
+   With ``--steady FRACTION`` (default 0.5), each size gets one more run in steady state:
+   ``rewardflow run`` starts on an empty raw topic and, once ready, an idempotent producer
+   feeds the same records in order at FRACTION x the median rate the backlog runs reached
+   after ready (half the measured maximum by default), paced by event count. Freshness is
+   then measured as above, at a constant input rate instead of while draining a backlog.
+   Fed this way, event time runs faster than the wall clock (hours of traffic in seconds),
+   so the idle clock runs at half that pace (idle timeout 2 s): faster, a partition the
+   worker reached late would tick its watermark past records still to come.
 4. memory: ``VmHWM`` (peak RSS) from /proc after all turns are finalised, of the
    ``rewardflow run`` process (the sink and the embedded engine) and of its largest worker
    process, beside the number of finalised turns, and the run process's RSS right after its
@@ -53,6 +61,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -60,7 +69,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from pydantic import SecretStr
 
 from rewardflow.kafka import topics as T
@@ -89,8 +98,10 @@ Record = tuple[bytes, bytes, list[tuple[str, bytes]]]
 
 
 # ---------------------------------------------------------------------- workload
-def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int, seed: int) -> tuple[list[Record], int]:
-    """N simulated events as Avro session-batch records in send order; also the number of distinct turns."""
+def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int,
+                 seed: int) -> tuple[list[Record], int, list[int], float]:
+    """N simulated events as Avro session-batch records in send order; also the number of distinct turns,
+    each record's event count and the seconds of event time they span."""
     sessions = max(1, int(n_events / 75) + 1)  # ~78 events per simulated session; truncated to N below
     duration_s = max(60.0, sessions / sessions_per_hour * 3600)
     now = int(time.time() * 1000)
@@ -98,6 +109,7 @@ def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int, 
     cfg = ab_config(sessions=sessions, duration_s=duration_s, start_ms=start_ms, seed=seed,
                     batch_window_ms=batch_window_ms)
     records: list[Record] = []
+    sizes: list[int] = []
     turns: set[str] = set()
     total = 0
     for group in Simulator(cfg).stream():
@@ -108,11 +120,12 @@ def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int, 
         turns.update(e["request_id"] for e in events if e["event_type"] == "InferenceServed")
         value = encode_avro(events, batch_id=events[0]["event_id"]) if len(events) > 1 else encode_avro(events)
         records.append((group.session_id.encode(), value, [("rf-format", b"avro")]))
+        sizes.append(len(events))
         if total >= n_events:
             break
     if total < n_events:
         raise SystemExit(f"simulator made only {total} events for {n_events}")
-    return records, len(turns)
+    return records, len(turns), sizes, duration_s
 
 
 # ---------------------------------------------------------------------- the pipeline
@@ -161,7 +174,50 @@ def worker_pids(pid: int) -> list[int]:
     return out
 
 
-def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: float, workers: int = 1) -> dict[str, Any]:
+class PacedProducer(threading.Thread):
+    """Produces ``records`` in order at ``rate`` events/s (a steady input, as live clients send), with
+    the same idempotent producer settings as :func:`produce`; ``error`` holds what stopped it."""
+
+    def __init__(self, bootstrap: str, topic: str, records: list[Record], events_per_record: list[int],
+                 rate: float) -> None:
+        super().__init__(daemon=True, name="bench-paced-producer")
+        self.bootstrap, self.topic, self.records, self.sizes, self.rate = bootstrap, topic, records, events_per_record, rate
+        self.started_at = self.finished_at = 0.0
+        self.max_behind_s = 0.0  # how far the producer itself fell behind its schedule
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "partitioner": "murmur2_random",
+                             "enable.idempotence": True, "compression.type": "lz4", "message.max.bytes": 2_000_000})
+        try:
+            self.started_at = start = time.perf_counter()
+            sent = 0
+            for (key, value, headers), n in zip(self.records, self.sizes, strict=True):
+                due = start + sent / self.rate
+                now = time.perf_counter()
+                if due > now:
+                    time.sleep(due - now)
+                else:
+                    self.max_behind_s = max(self.max_behind_s, now - due)
+                while True:
+                    try:
+                        producer.produce(self.topic, value, key, headers=headers)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                producer.poll(0)
+                sent += n
+            if producer.flush(120) != 0:
+                raise RuntimeError("the paced producer did not finish")
+            self.finished_at = time.perf_counter()
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            self.error = exc
+
+
+def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: float, workers: int = 1,
+                 paced: PacedProducer | None = None) -> dict[str, Any]:
+    """Start ``rewardflow run`` and time it until every event is stored; with ``paced``, the raw topic is
+    empty at the start and ``paced`` feeds it once the pipeline is ready (steady state)."""
     run = ChildProcess(settings, workdir / "run.log", [*rewardflow_exe(), "run", "--workers", str(workers)],
                        cwd=workdir, detach=True)
     t0 = time.perf_counter()
@@ -182,10 +238,14 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
             time.sleep(0.1)
         t_ready = time.perf_counter()
         out["rss_at_ready_mb"] = proc_status(proc.pid, "VmRSS")
+        if paced is not None:
+            paced.start()
         reader = RemoteReader(url, token=read_local_token(settings.home), timeout=60)  # (the owner writes it)
         count, t_first, max_rss = 0, None, 0.0
         while count < n_events:
             check()
+            if paced is not None and paced.error is not None:
+                raise SystemExit(f"the paced producer failed: {paced.error!r}")
             time.sleep(0.25)
             try:
                 # every event accounted for: stored as valid, or routed late (the simulated clients
@@ -200,6 +260,11 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
         out.update(seconds=t_done - t0, startup_seconds=t_ready - t0,
                    events_s=n_events / (t_done - t0), events_s_after_ready=n_events / (t_done - t_ready),
                    first_row_after_s=(t_first or t_done) - t0)
+        if paced is not None:
+            paced.join()
+            out.update(offered_events_s=paced.rate, producer_seconds=paced.finished_at - paced.started_at,
+                       producer_max_behind_s=paced.max_behind_s,
+                       drained_after_producer_s=t_done - paced.finished_at)
         # let the tail of turns finalise (idle clock), until the final rewards stop changing for 4 s
         last, stable_since = -1, time.perf_counter()
         while time.perf_counter() - stable_since < 4.0:
@@ -360,6 +425,14 @@ def print_table(report: dict[str, Any]) -> None:
                   f(m["events_s_after_ready"]), f(m["ratio_after_ready"], ".2f"), f(m["fresh_p50_s"], ".2f"),
                   f(m["fresh_p99_s"], ".2f"), f(m["finalised_turns"]), f(m["peak_rss_mb"]), f(m["rss_at_ready_mb"]))
     Console(width=200).print(t)
+    for s in report["sizes"]:
+        st = s.get("steady")
+        if st:
+            print(f"steady state, {s['events']:,} events fed at {st['offered_events_s']:,.0f} events/s "
+                  f"({st['fraction_of_max']:g} of the median after ready): freshness p50 {f(st['fresh_p50_s'], '.2f')} s, "
+                  f"p99 {f(st['fresh_p99_s'], '.2f')} s, max {f(st['fresh_max_s'], '.2f')} s over "
+                  f"{st['final_rows']:,} final rewards; everything stored {f(st['drained_after_producer_s'], '.1f')} s "
+                  f"after the last send")
     print(f"targets: e2e >= {TARGET_EVENTS_S:,} events/s per worker, ratio >= {TARGET_RATIO}, freshness p99 <= "
           f"{TARGET_FRESH_P99_S} s (final rewards), peak RSS flat as finalised turns grow. "
           f"Workload: {report['events_per_record']:.1f} events/record (session batches, window "
@@ -380,6 +453,9 @@ def main() -> None:
                          "batching cuts from live traffic, ~1.3 events/record; the simulator's max is ~47 s)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per pipeline run, seconds")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--steady", type=float, default=0.5, metavar="FRACTION",
+                    help="after each size's runs, one steady-state run: the pipeline started first, then fed at "
+                         "FRACTION x the median rate measured after ready (0: none)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     if args.quick:
@@ -407,24 +483,31 @@ def main() -> None:
     try:
         for size in sizes:
             t_gen = time.perf_counter()
-            records, n_turns = make_records(size, args.sessions_per_hour, args.batch_window_ms, args.seed)
+            records, n_turns, record_sizes, span_s = make_records(size, args.sessions_per_hour, args.batch_window_ms, args.seed)
             n_records_total += len(records)
             n_events_total += size
             print(f"{size:,} events: {len(records):,} records ({size / len(records):.1f} events/record), "
                   f"{n_turns:,} turns, generated in {time.perf_counter() - t_gen:.0f} s", flush=True)
-            runs = []
-            for rep in range(1, args.repeat + 1):
-                workdir = tmp / f"n{size}-r{rep}"
+            def one_run(label: str, rate: float | None = None) -> dict[str, Any]:
+                workdir = tmp / f"n{size}-{label}"
                 workdir.mkdir()
+                # A backlog's tail finalises on a fast idle clock. Fed live, event time runs span_s / feed
+                # seconds faster than the wall: an idle clock faster than that would carry a slow partition's
+                # watermark past the records still to come, so it runs at half that pace.
+                idle = (1.0, 1000.0) if rate is None else (2.0, 0.5 * span_s / (size / rate))
                 settings = Settings(kafka_bootstrap=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.",
                                     partitions=args.partitions, home=workdir / "home",
                                     clickhouse_dsn=SecretStr(f"chdb://{workdir / 'chdb'}"), web_port=web_ports(),
-                                    idle_timeout_s=1.0, idle_clock_rate=1000.0)
+                                    idle_timeout_s=idle[0], idle_clock_rate=idle[1])
                 ensure_topics(settings)
-                t_p = time.perf_counter()
-                produce(bootstrap, settings.topic(T.RAW), records)
-                produce_s = time.perf_counter() - t_p
-                w = run_pipeline(settings, size, workdir, args.timeout, args.workers)
+                paced, produce_s = None, None
+                if rate is None:
+                    t_p = time.perf_counter()
+                    produce(bootstrap, settings.topic(T.RAW), records)
+                    produce_s = time.perf_counter() - t_p
+                else:
+                    paced = PacedProducer(bootstrap, settings.topic(T.RAW), records, record_sizes, rate)
+                w = run_pipeline(settings, size, workdir, args.timeout, args.workers, paced)
                 fresh = freshness(reward_timestamps(settings), w.pop("inserted"))
                 db = f"floor_{uuid.uuid4().hex[:10]}"
                 owner.command(create_database(db))
@@ -434,7 +517,7 @@ def main() -> None:
                 fclient.close()
                 owner.command(f"DROP DATABASE {db} SYNC")
                 shutil.rmtree(workdir / "chdb", ignore_errors=True)
-                run = {"run": rep, **w, "floor_seconds": floor_s, "floor_events_s": size / floor_s,
+                run = {"run": label, **w, "floor_seconds": floor_s, "floor_events_s": size / floor_s,
                        "pre_produce_seconds": produce_s, "records": len(records), "turns_in_input": n_turns,
                        "fresh_p50_s": fresh["p50_s"], "fresh_p99_s": fresh["p99_s"],
                        "fresh_all_p99_s": fresh["all_p99_s"], "freshness": fresh, "prefix": settings.topic_prefix,
@@ -446,14 +529,34 @@ def main() -> None:
                 if wrong:  # the workload has no noise: anything else is a pipeline (or benchmark) fault
                     raise SystemExit("the run is not exact (got, expected): " + ", ".join(f"{k} {v}" for k, v in wrong.items())
                                      + f"; log: {w['log']}")
+                return run
+
+            runs = []
+            for rep in range(1, args.repeat + 1):
+                run = one_run(f"r{rep}")
                 runs.append(run)
+                fresh = run["freshness"]
                 print(f"  run {rep}: e2e {run['events_s']:,.0f} ev/s ({run['seconds']:.1f} s, startup "
                       f"{run['startup_seconds']:.1f} s; after ready {run['events_s_after_ready']:,.0f} ev/s)  floor "
                       f"{run['floor_events_s']:,.0f} ev/s  ratio {run['events_s'] / run['floor_events_s']:.2f}  "
                       f"fresh p50/p99 {fresh['p50_s'] or 0:.2f}/{fresh['p99_s'] or 0:.2f} s ({fresh['final_rows']:,} final)  "
                       f"peak RSS {run['peak_rss_mb'] or 0:,.0f} MB at {run['finalised_turns']:,} finalised turns  "
                       f"load {run['load_avg_1m']:.1f}", flush=True)
-            results.append(summarise(size, runs))
+            summary = summarise(size, runs)
+            if args.steady:
+                rate = args.steady * summary["median"]["events_s_after_ready"]
+                run = one_run("steady", rate)
+                fresh = run["freshness"]
+                summary["steady"] = {"fraction_of_max": args.steady, **{k: run.get(k) for k in (
+                    "offered_events_s", "producer_seconds", "producer_max_behind_s", "drained_after_producer_s",
+                    "fresh_p50_s", "fresh_p99_s", "fresh_all_p99_s", "peak_rss_mb", "worker_peak_rss_mb")},
+                    "final_rows": fresh["final_rows"], "fresh_max_s": fresh["max_s"], "run": run}
+                print(f"  steady state at {rate:,.0f} ev/s ({args.steady:g} of the median after ready): fed in "
+                      f"{run['producer_seconds']:.1f} s, all stored {run['drained_after_producer_s']:.1f} s after the "
+                      f"last send; fresh p50/p99/max {fresh['p50_s'] or 0:.2f}/{fresh['p99_s'] or 0:.2f}/"
+                      f"{fresh['max_s'] or 0:.2f} s ({fresh['final_rows']:,} final)  load {run['load_avg_1m']:.1f}",
+                      flush=True)
+            results.append(summary)
     finally:
         owner.close()
         if broker is not None:
