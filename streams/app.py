@@ -60,7 +60,7 @@ from rewardflow_streams.commits import CommitLedger
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
-from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, snapshot, stalled_processing
+from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot, stalled_processing
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
 
@@ -359,26 +359,33 @@ class JoinWorker:
         tps = [tp for tp in self.app.consumer.assignment() if tp.topic == raw]
         if not tps or self.app.in_recovery or now - self._live_since < self.settings.worker_stall_timeout_s:
             return
-        behind = await asyncio.get_running_loop().run_in_executor(None, self._behind, tps)
+        offsets = await asyncio.get_running_loop().run_in_executor(None, self._behind, tps)
+        behind = {p: n for p, (n, _) in offsets.items()}
         stalled = stalled_processing(now, self._live_since, self._progress, behind, self.settings.worker_stall_timeout_s)
         fresh = [p for p in stalled if p not in self._resumed]
-        if fresh:  # first remedy: a rebalance during a recovery can leave a partition out of Faust's active set
+        if fresh:  # first remedy: back in the fetch set, and sought to the next offset to process
             self._resumed.update(fresh)
-            self.app.consumer.resume_partitions({tp for tp in tps if tp.partition in fresh})
-            for p in fresh:
+            consumer = self.app.consumer
+            stuck = {tp.partition: tp for tp in tps if tp.partition in fresh}
+            seen = {p: fetch_state(consumer, tp) for p, tp in stuck.items()}
+            consumer.resume_partitions(set(stuck.values()))
+            targets = {p: _first(self._gaps.expected(p), offsets[p][1]) for p in stuck}
+            for p, tp in stuck.items():
+                await consumer.seek(tp, targets[p])
                 self._progress[p] = now  # judged again from now
-            log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s: "
-                        "resumed their fetching", ", ".join(map(str, fresh)), ", ".join(str(behind[p]) for p in fresh),
-                        self.settings.worker_stall_timeout_s)
+            log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s (%s): "
+                        "resumed their fetching from offset(s) %s", ", ".join(map(str, fresh)),
+                        ", ".join(str(behind[p]) for p in fresh), self.settings.worker_stall_timeout_s,
+                        "; ".join(f"{p}: {seen[p]}" for p in fresh), ", ".join(str(targets[p]) for p in fresh))
             self.metrics.counters["stalls_resumed"] += 1
         elif stalled and not self.exit_code:
             self._leave(f"raw partition(s) {', '.join(map(str, stalled))} have records to process "
                         f"({', '.join(str(behind[p]) for p in stalled)}) and none was processed, even after resuming "
                         "their fetching,")
 
-    def _behind(self, tps: list[Any]) -> dict[int, int]:
-        """Records past the group's committed offset per raw partition (one blocking admin round; {} when
-        the broker cannot say)."""
+    def _behind(self, tps: list[Any]) -> dict[int, tuple[int, int]]:
+        """Per raw partition: the records past the group's committed offset, and that offset (one blocking
+        admin round; {} when the broker cannot say)."""
         from confluent_kafka import TopicPartition
         import confluent_kafka.admin as kafka_admin
 
@@ -392,7 +399,8 @@ class JoinWorker:
             end = {k.partition: f.result(timeout=10).offset for k, f in ends.items()}
         except Exception:  # noqa: BLE001 - unknown this round: nothing is judged stalled
             return {}
-        return {tp.partition: end[tp.partition] - (committed[tp] or 0) for tp in tps if tp.partition in end}
+        return {tp.partition: (end[tp.partition] - (committed[tp] or 0), committed[tp] or 0)
+                for tp in tps if tp.partition in end}
 
     def _leave(self, why: str) -> None:
         """Stop cleanly (flush, commit, leave the group) and exit 75, so that a fresh member takes over."""
@@ -456,6 +464,10 @@ def _chunks(rows: list[Any], limit: int, option: int = 0) -> Iterator[bytes]:
             half = len(part) // 2
             yield from _chunks(part[:half], limit, option)
             yield from _chunks(part[half:], limit, option)
+
+
+def _first(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _record_ms(msg: Any) -> int | None:

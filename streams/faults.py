@@ -16,7 +16,11 @@ can prove the worker survives it:
   changelog recovery waits for events that never come (Faust's "No event received … since
   recovery start");
 * ``RF_FAULT_STALL_RAW=<marker path>``: the same for its raw partitions: recovery completes, and
-  the records on the raw topic are never fetched.
+  the records on the raw topic are never fetched;
+* ``RF_FAULT_STALE_READ=<marker path>``: while the marker does not exist, the first seek of the
+  raw partitions after a recovery is followed by Faust's read offset moving past every record to
+  come (as previous-generation records delivered after the seek move it): the records are
+  fetched, and Faust's fetch loop drops them as already read.
 
 Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
 outside this module reads the variables.
@@ -50,6 +54,7 @@ class Faults:
     no_hole_read: bool = False
     stall_marker: str = ""
     stall_raw_marker: str = ""
+    stale_read_marker: str = ""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -63,6 +68,7 @@ class Faults:
             no_hole_read=bool(env.get("RF_FAULT_NO_HOLE_READ")),
             stall_marker=env.get("RF_FAULT_STALL_RECOVERY", ""),
             stall_raw_marker=env.get("RF_FAULT_STALL_RAW", ""),
+            stale_read_marker=env.get("RF_FAULT_STALE_READ", ""),
         )
 
     def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
@@ -72,6 +78,8 @@ class Faults:
                 with open(marker, "w") as f:
                     f.write(str(os.getpid()))
                 _never_resume(consumer, topic)
+        if self.stale_read_marker and not os.path.exists(self.stale_read_marker):
+            _read_past(consumer, raw_topic, self.stale_read_marker)
         if self.fail_commits_from is not None:
             _fail_commits(consumer, raw_topic, *self.fail_commits_from)
         if self.raise_on_request:
@@ -136,6 +144,25 @@ def _never_resume(consumer: Any, topic: str) -> None:
         return real(kept)
 
     consumer.resume_partitions = resume
+
+
+def _read_past(consumer: Any, topic: str, marker: str) -> None:
+    """After the first seek of ``topic``'s partitions, Faust's read offset of each is moved far past
+    its end, once (the marker records it)."""
+    real = consumer.perform_seek
+
+    async def perform_seek() -> None:
+        await real()
+        tps = [tp for tp in consumer.assignment() if tp.topic == topic]
+        if not tps or os.path.exists(marker):
+            return
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        for tp in tps:
+            consumer._read_offset[tp] = 2**40
+        log.warning("fault hook: Faust's read offset of %s is moved past every record to come", topic)
+
+    consumer.perform_seek = perform_seek
 
 
 def _raise_on(request_id: str) -> None:

@@ -103,6 +103,11 @@ class GapGuard:
         self._sought.clear()
         self._looked_up.clear()
 
+    def expected(self, partition: int) -> int | None:
+        """The next offset of ``partition`` Faust should deliver, once one batch of it was admitted since
+        the assignment; else None (delivery starts at the group's committed offset)."""
+        return self._next.get(partition)
+
     def start_offset(self, partition: int) -> int | None:
         """Where Faust resumed ``partition`` after the assignment (the group's committed offset as
         the broker reported it then): no replay can start before it. None before the first batch."""

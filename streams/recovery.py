@@ -12,10 +12,15 @@ with :data:`EXIT_RECOVERY_STALLED` after a clean stop (offsets committed), and i
 to a fresh member, which restores them anew.
 
 The same can happen after a recovery: a partition is assigned and has records on the raw topic,
-yet the worker never fetches them (a rebalance that interrupts a recovery can leave it out of
-the set of partitions Faust fetches). :func:`stalled_processing` names such partitions from the
-committed and end offsets and the time of each partition's last processed record; the worker
-acts on them the same way.
+yet the worker never processes them. Two ways are known: a rebalance that interrupts a recovery
+can leave the partition out of the set Faust fetches; and records of the previous consumer
+generation, delivered after the rebalance's seek, move Faust's read offset past the records
+fetched again, which its fetch loop then drops as already read (only a later record would show
+the hole to the gap guard). :func:`stalled_processing` names such partitions from the committed
+and end offsets and the time of each partition's last processed record. The worker first puts
+the partition back in the fetch set and seeks it to the next offset it must process, which also
+resets Faust's read offset (:func:`fetch_state` logs what Faust held); only a partition still
+stuck one timeout later makes it leave.
 
 Contract: :meth:`RecoveryWatch.observe` is pure given its inputs and returns what changed: a
 finished recovery's seconds, the partitions still restoring, and the stalled ones. It never
@@ -96,3 +101,13 @@ def stalled_processing(now: float, since: float, progress: Mapping[int, float], 
     their last processed record (``progress``), whichever is later."""
     return sorted(p for p, n in behind.items()
                   if n > 0 and now - max(since, progress.get(p, since)) >= stall_s)
+
+
+def fetch_state(consumer: Any, tp: Any) -> str:
+    """What Faust's consumer holds for ``tp``, for a log line: its read offset and whether it is in
+    the fetch set (private fields of faust-streaming's ``Consumer``; "?" where one is missing)."""
+    read = getattr(consumer, "_read_offset", {}).get(tp, "?")
+    active = getattr(consumer, "_active_partitions", None)
+    paused: Any = getattr(consumer, "_paused_partitions", set())
+    fetching = "?" if active is None else ("yes" if tp in active else "no")
+    return f"read offset {read}, fetching {fetching}{', paused' if tp in paused else ''}"
