@@ -41,7 +41,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any, cast
 
 import faust
@@ -61,7 +60,7 @@ from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot, stalled_processing
-from rewardflow_streams.sender import OutputSender, SendFailed
+from rewardflow_streams.sender import OutputSender, SendFailed, chunks
 from rewardflow_streams.state import TableStore
 
 log = logging.getLogger("rewardflow.streams")
@@ -297,9 +296,9 @@ class JoinWorker:
             limit = self._dead_limit if name == T.DEADLETTERS else self._out_limit
             topic = self.out_names[name]
             try:  # plain str keys encode twice as fast; the maps of rewards and windows have int keys
-                values = list(_chunks(rows, limit, 0 if name == T.VALID else _JSON))
+                values = list(chunks(rows, limit, 0 if name == T.VALID else _JSON))
             except orjson.JSONEncodeError:
-                values = list(_chunks(rows, limit, _JSON))
+                values = list(chunks(rows, limit, _JSON))
             for value in values:
                 self.sender.send(topic, value, key)
 
@@ -349,9 +348,28 @@ class JoinWorker:
         elif not self.exit_code and now - self._checked_at >= 2.0:
             self._checked_at = now
             await self._check_processing(now)
-        if seen.stalled and not self.exit_code:
+        fresh = [tp for tp in seen.stalled if not self.recovery.nudged(tp)]
+        if fresh and not self.exit_code:
+            await self._reseek_changelog(fresh, now)
+        elif seen.stalled and not self.exit_code:
             self._leave(f"changelog recovery stalled: partition(s) {', '.join(str(tp.partition) for tp in seen.stalled)} "
-                        "have records left to restore and received nothing")
+                        "have records left to restore and received nothing, even after a seek back,")
+
+    async def _reseek_changelog(self, tps: list[Any], now: float) -> None:
+        """First remedy for a stalled recovery: seek each partition back to where Faust's recovery stands
+        (its last applied offset, as Faust's own recovery seeks), which also resets Faust's read offset."""
+        consumer, recovery = self.app.consumer, cast(Any, self.app.tables).recovery
+        seen = {tp: fetch_state(consumer, tp) for tp in tps}
+        targets = {tp: max(0, recovery.active_offsets.get(tp, -1)) for tp in tps}
+        consumer.resume_partitions(set(tps))
+        for tp, offset in targets.items():
+            await consumer.seek(tp, offset)
+        self.recovery.nudge(tps, now)
+        self.metrics.counters["stalls_resumed"] += 1
+        log.warning("changelog partition(s) %s have records left to restore and received nothing for %.0f s (%s): "
+                    "sought back to offset(s) %s", ", ".join(str(tp.partition) for tp in tps),
+                    self.settings.worker_stall_timeout_s, "; ".join(f"{tp.partition}: {seen[tp]}" for tp in tps),
+                    ", ".join(str(targets[tp]) for tp in tps))
 
     async def _check_processing(self, now: float) -> None:
         """Leave the group when an assigned raw partition has records behind and none processed for the timeout."""
@@ -367,7 +385,7 @@ class JoinWorker:
             self._resumed.update(fresh)
             consumer = self.app.consumer
             stuck = {tp.partition: tp for tp in tps if tp.partition in fresh}
-            seen = {p: fetch_state(consumer, tp) for p, tp in stuck.items()}
+            seen = {p: fetch_state(consumer, tp, await _position(consumer, tp)) for p, tp in stuck.items()}
             consumer.resume_partitions(set(stuck.values()))
             targets = {p: _first(self._gaps.expected(p), offsets[p][1]) for p in stuck}
             for p, tp in stuck.items():
@@ -440,30 +458,13 @@ class JoinWorker:
         return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")
 
 
-def _chunks(rows: list[Any], limit: int, option: int = 0) -> Iterator[bytes]:
-    """orjson lists of ``rows``, each at most ``limit`` bytes (a lone larger row goes alone), in order.
-
-    One record can settle thousands of turns (a tick); a single output record of them all would
-    exceed the producer's max request size and the broker's max message size. A batch's rows
-    are tens of MB, so encoding them twice would cost as much as half the core: the chunk count
-    is estimated from a sample of rows, and only a chunk that still comes out too large is
-    split again.
-    """
-    if not rows:
-        return
-    sample = orjson.dumps(rows[:64], option=option)
-    estimate = len(sample) * len(rows) / min(len(rows), 64)
-    n = max(1, -(-int(estimate * 1.25) // limit))
-    step = -(-len(rows) // n)
-    for start in range(0, len(rows), step):
-        part = rows[start:start + step]
-        value = orjson.dumps(part, option=option)
-        if len(value) <= limit or len(part) == 1:
-            yield value
-        else:
-            half = len(part) // 2
-            yield from _chunks(part[:half], limit, option)
-            yield from _chunks(part[half:], limit, option)
+async def _position(consumer: Any, tp: Any) -> int | None:
+    """The consumer's fetch position of ``tp``, for a log line; None when it cannot say within 2 s."""
+    try:
+        async with asyncio.timeout(2.0):
+            return cast(int | None, await consumer.position(tp))
+    except Exception:  # noqa: BLE001 - a diagnosis only
+        return None
 
 
 def _first(value: int | None, default: int) -> int:

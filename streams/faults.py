@@ -20,7 +20,9 @@ can prove the worker survives it:
 * ``RF_FAULT_STALE_READ=<marker path>``: while the marker does not exist, the first seek of the
   raw partitions after a recovery is followed by Faust's read offset moving past every record to
   come (as previous-generation records delivered after the seek move it): the records are
-  fetched, and Faust's fetch loop drops them as already read.
+  fetched, and Faust's fetch loop drops them as already read;
+* ``RF_FAULT_STALE_CHANGELOG_READ=<marker path>``: the same for the changelog partitions, right
+  after a recovery's seek, so the recovery receives nothing though records are fetched.
 
 Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
 outside this module reads the variables.
@@ -55,6 +57,7 @@ class Faults:
     stall_marker: str = ""
     stall_raw_marker: str = ""
     stale_read_marker: str = ""
+    stale_changelog_marker: str = ""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -69,6 +72,7 @@ class Faults:
             stall_marker=env.get("RF_FAULT_STALL_RECOVERY", ""),
             stall_raw_marker=env.get("RF_FAULT_STALL_RAW", ""),
             stale_read_marker=env.get("RF_FAULT_STALE_READ", ""),
+            stale_changelog_marker=env.get("RF_FAULT_STALE_CHANGELOG_READ", ""),
         )
 
     def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
@@ -80,6 +84,8 @@ class Faults:
                 _never_resume(consumer, topic)
         if self.stale_read_marker and not os.path.exists(self.stale_read_marker):
             _read_past(consumer, raw_topic, self.stale_read_marker)
+        if self.stale_changelog_marker and changelog_topic and not os.path.exists(self.stale_changelog_marker):
+            _read_past_changelog(consumer, changelog_topic, self.stale_changelog_marker)
         if self.fail_commits_from is not None:
             _fail_commits(consumer, raw_topic, *self.fail_commits_from)
         if self.raise_on_request:
@@ -163,6 +169,25 @@ def _read_past(consumer: Any, topic: str, marker: str) -> None:
         log.warning("fault hook: Faust's read offset of %s is moved past every record to come", topic)
 
     consumer.perform_seek = perform_seek
+
+
+def _read_past_changelog(consumer: Any, topic: str, marker: str) -> None:
+    """After the first recovery seek of ``topic``'s partitions, Faust's read offset of each is moved
+    far past its end, once (the marker records it)."""
+    real = consumer.seek_wait
+
+    async def seek_wait(partitions: Any) -> None:
+        await real(partitions)
+        tps = [tp for tp in partitions if tp.topic == topic]
+        if not tps or os.path.exists(marker):
+            return
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        for tp in tps:
+            consumer._read_offset[tp] = 2**40
+        log.warning("fault hook: Faust's read offset of %s is moved past every record to restore", topic)
+
+    consumer.seek_wait = seek_wait
 
 
 def _raise_on(request_id: str) -> None:

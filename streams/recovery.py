@@ -6,8 +6,12 @@ never come, logs ``No event received for active tp … since recovery start`` ev
 and only a later rebalance moves it on. :class:`RecoveryWatch` sees that from outside, from
 snapshots of Faust's own recovery bookkeeping (what :func:`snapshot` reads): a partition with
 records left to restore that has received nothing for ``stall_s`` seconds (since recovery started,
-or since its last event) is *stalled*. The worker then leaves the group and rejoins it: it exits
-with :data:`EXIT_RECOVERY_STALLED` after a clean stop (offsets committed), and its supervisor
+or since its last event) is *stalled*. The worker first seeks it back, in place, to where Faust's
+recovery stands (:meth:`RecoveryWatch.nudge`): changelog records of an interrupted recovery,
+delivered after the new recovery's seek, can move Faust's read offset past the records it fetches
+again, which its fetch loop then drops as already read. A partition still stalled one timeout
+after that makes the worker leave the group and rejoin it: it exits with
+:data:`EXIT_RECOVERY_STALLED` after a clean stop (offsets committed), and its supervisor
 (``rewardflow run``, or any process manager) starts it again; the group gives its partitions back
 to a fresh member, which restores them anew.
 
@@ -16,7 +20,8 @@ yet the worker never processes them. Two ways are known: a rebalance that interr
 can leave the partition out of the set Faust fetches; and records of the previous consumer
 generation, delivered after the rebalance's seek, move Faust's read offset past the records
 fetched again, which its fetch loop then drops as already read (only a later record would show
-the hole to the gap guard). :func:`stalled_processing` names such partitions from the committed
+the hole to the gap guard). A third, with the read offset and the fetch set in order, is seen
+but not understood. :func:`stalled_processing` names such partitions from the committed
 and end offsets and the time of each partition's last processed record. The worker first puts
 the partition back in the fetch set and seeks it to the next offset it must process, which also
 resets Faust's read offset (:func:`fetch_state` logs what Faust held); only a partition still
@@ -61,6 +66,15 @@ class RecoveryWatch:
     stall_s: float
     _started: float | None = field(default=None, init=False)
     _last_ended: float | None = field(default=None, init=False)
+    _nudged: dict[Any, float] = field(default_factory=dict, init=False)  # partition -> when it was sought back
+
+    def nudge(self, tps: list[Any], now: float) -> None:
+        """``tps`` were sought back at ``now``: each is judged again from then, and :meth:`nudged` says so
+        until the recovery ends."""
+        self._nudged.update(dict.fromkeys(tps, now))
+
+    def nudged(self, tp: Any) -> bool:
+        return tp in self._nudged
 
     def observe(self, snap: Snapshot) -> Observation:
         """A recovery is timed by Faust's own start and end stamps when it has them (so one shorter
@@ -76,10 +90,12 @@ class RecoveryWatch:
                 finished = snap.now - self._started
             self._started, self._last_ended = None, snap.ended_at
         if not snap.in_recovery:
+            self._nudged.clear()
             return Observation(finished, {}, [])
         restoring = {tp: n for tp, n in snap.remaining.items() if n > 0}
         since = self._started if self._started is not None else snap.now
-        stalled = [tp for tp in restoring if snap.now - max(since, snap.received_at.get(tp, since)) >= self.stall_s]
+        stalled = [tp for tp in restoring
+                   if snap.now - max(since, snap.received_at.get(tp, since), self._nudged.get(tp, since)) >= self.stall_s]
         return Observation(finished, restoring, sorted(stalled, key=str))
 
 
@@ -103,11 +119,15 @@ def stalled_processing(now: float, since: float, progress: Mapping[int, float], 
                   if n > 0 and now - max(since, progress.get(p, since)) >= stall_s)
 
 
-def fetch_state(consumer: Any, tp: Any) -> str:
-    """What Faust's consumer holds for ``tp``, for a log line: its read offset and whether it is in
-    the fetch set (private fields of faust-streaming's ``Consumer``; "?" where one is missing)."""
+def fetch_state(consumer: Any, tp: Any, position: int | None = None) -> str:
+    """What Faust's consumer holds for ``tp``, for a log line: its read offset, whether it is in the
+    fetch set (or held back as buffered), and the fetch position when given (private fields of
+    faust-streaming's ``Consumer``; "?" where one is missing)."""
     read = getattr(consumer, "_read_offset", {}).get(tp, "?")
     active = getattr(consumer, "_active_partitions", None)
     paused: Any = getattr(consumer, "_paused_partitions", set())
+    buffered: Any = getattr(consumer, "_buffered_partitions", set())
     fetching = "?" if active is None else ("yes" if tp in active else "no")
-    return f"read offset {read}, fetching {fetching}{', paused' if tp in paused else ''}"
+    flags = (", paused" if tp in paused else "") + (", buffered" if tp in buffered else "")
+    at = "" if position is None else f", position {position}"
+    return f"read offset {read}, fetching {fetching}{flags}{at}"

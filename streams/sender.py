@@ -18,6 +18,7 @@ Contract:
   first record that failed for good (refused, or undelivered after ``message.timeout.ms``). The agent awaits it before
   Faust may ack the batch, so a committed source offset implies its outputs and state
   writes are in Kafka; that is the guarantee Faust's own flush-before-commit gave.
+* :func:`chunks` splits rows into orjson records of at most a size limit, in order.
 * Order: records to one partition keep their send order (idempotent producer, so
   retries neither reorder nor duplicate them). That is what the changelog needs: a
   delete after a put of the same key stays after it.
@@ -28,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 
@@ -111,3 +114,29 @@ class OutputSender:
     def close(self, timeout_s: float = 10.0) -> int:
         """Flush what is queued; returns the number of records still undelivered."""
         return 0 if self._producer_ is None else int(self._producer_.flush(timeout_s))
+
+
+def chunks(rows: list[Any], limit: int, option: int = 0) -> Iterator[bytes]:
+    """orjson lists of ``rows``, each at most ``limit`` bytes (a lone larger row goes alone), in order.
+
+    One record can settle thousands of turns (a tick); a single output record of them all would
+    exceed the producer's max request size and the broker's max message size. A batch's rows
+    are tens of MB, so encoding them twice would cost as much as half the core: the chunk count
+    is estimated from a sample of rows, and only a chunk that still comes out too large is
+    split again.
+    """
+    if not rows:
+        return
+    sample = orjson.dumps(rows[:64], option=option)
+    estimate = len(sample) * len(rows) / min(len(rows), 64)
+    n = max(1, -(-int(estimate * 1.25) // limit))
+    step = -(-len(rows) // n)
+    for start in range(0, len(rows), step):
+        part = rows[start:start + step]
+        value = orjson.dumps(part, option=option)
+        if len(value) <= limit or len(part) == 1:
+            yield value
+        else:
+            half = len(part) // 2
+            yield from chunks(part[:half], limit, option)
+            yield from chunks(part[half:], limit, option)

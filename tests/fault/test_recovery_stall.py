@@ -67,23 +67,28 @@ def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
     print("stalled worker exited after", round(left_after, 1), "s; result", summary)
 
 
-def test_a_partition_whose_records_faust_drops_as_read_is_sought_back_in_place(
-        deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
-    """``RF_FAULT_STALE_READ`` moves Faust's read offset past every record to come right after the
-    rebalance's seek, as previous-generation records delivered after it do: the records are fetched
-    and dropped as already read, and no later record shows the hole. The stall watch must seek the
-    partitions back in place (no exit, no new member) and every reward must be exact."""
+@pytest.mark.parametrize(("hook", "says"), [
+    ("RF_FAULT_STALE_READ", "resumed their fetching from offset"),
+    ("RF_FAULT_STALE_CHANGELOG_READ", "sought back to offset"),
+])
+def test_records_faust_drops_as_read_are_sought_back_in_place(
+        hook: str, says: str, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
+    """The hook moves Faust's read offset past every record to come right after a seek, as records
+    of the previous generation delivered after it do: of the raw partitions after the rebalance's
+    seek, or of the changelog partitions after the recovery's. The records are fetched and dropped
+    as already read, and nothing later shows the hole. The watch must seek them back in place (no
+    exit, no new member) and every reward must be exact."""
     d = deployment(worker_stall_timeout_s=STALL_S)
     workload, sink, sender = feed(d, ch_db, stack, SEED)
     chunks = workload.chunks(2)
     sender.send(chunks[0])
     d.worker.wait_caught_up(60)
-    d.worker.stop()
+    d.worker.stop()  # the join state is in the changelog: the next start restores it
     marker = d.workdir / "stale.marker"
-    d.worker.env["RF_FAULT_STALE_READ"] = str(marker)
+    d.worker.env[hook] = str(marker)
     d.worker.argv += ["--log-level", "INFO"]
     d.worker.start()
-    sender.send(chunks[1])  # fetched, and dropped by Faust until the watch seeks back
+    sender.send(chunks[1])
     sender.finish()
 
     def healthy() -> None:
@@ -93,9 +98,9 @@ def test_a_partition_whose_records_faust_drops_as_read_is_sought_back_in_place(
     drained_s = wait_drained(d.settings, 180, healthy)
     log = d.worker.log_tail(200_000).rsplit("worker start #2", 1)[-1]
     assert marker.exists(), log[-3000:]
-    assert "read offset 1099511627776" in log and "resumed their fetching from offset" in log, log[-3000:]
+    assert "read offset 1099511627776" in log and says in log, log[-3000:]
     assert "exiting 75" not in log
     sink.stop()
     summary = check(collect(ch_db.client), workload, sender, late_ok=False)
     record_property("fault_summary", {**summary, "drained_s": round(drained_s, 1)})
-    print("sought back in place; drained after", round(drained_s, 1), "s; result", summary)
+    print(hook, "sought back in place; drained after", round(drained_s, 1), "s; result", summary)

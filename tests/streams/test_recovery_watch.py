@@ -55,3 +55,14 @@ def test_a_partition_with_records_behind_and_nothing_processed_is_stalled() -> N
     assert stalled_processing(140, 100, progress, behind, stall_s=30) == [1, 3]
     assert stalled_processing(129, 100, progress, behind, stall_s=30) == []
     assert stalled_processing(140, 120, progress, behind, stall_s=30) == []  # a recent assignment resets the clock
+
+
+def test_a_partition_sought_back_is_judged_again_from_then_until_the_recovery_ends() -> None:
+    w = RecoveryWatch(stall_s=10)
+    assert w.observe(snap(111, remaining={"c-0": 7})).stalled == ["c-0"]
+    w.nudge(["c-0"], 111)
+    assert w.nudged("c-0") and not w.nudged("c-1")
+    assert w.observe(snap(120, remaining={"c-0": 7})).stalled == []  # 9 s after the seek back
+    assert w.observe(snap(121, remaining={"c-0": 7})).stalled == ["c-0"]  # still nothing: stalled again
+    w.observe(snap(125, in_recovery=False))
+    assert not w.nudged("c-0")  # a later recovery starts afresh

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer
 
-from rewardflow_streams.app import _chunks
+from rewardflow_streams.sender import chunks
 from rewardflow_streams.sender import OutputSender, SendFailed
 
 
@@ -23,27 +23,27 @@ def _rows(n: int, width: int) -> list[dict[str, Any]]:
                                                    (50, 2000, 2500), (7, 10, 10)])
 def test_chunks_keep_every_row_in_order_within_the_limit(n: int, width: int, limit: int) -> None:
     rows = _rows(n, width)
-    chunks = list(_chunks(rows, limit))
-    back = [r for c in chunks for r in orjson.loads(c)]
+    parts = list(chunks(rows, limit))
+    back = [r for c in parts for r in orjson.loads(c)]
     assert back == rows
-    for c in chunks:
+    for c in parts:
         assert len(c) <= limit or len(orjson.loads(c)) == 1  # only a lone row may exceed it
 
 
 def test_chunks_of_skewed_rows_still_respect_the_limit() -> None:
     """The chunk count is estimated from the first rows; later, larger rows must still be split."""
     rows = [{"pad": "s"} for _ in range(200)] + [{"pad": "L" * 900} for _ in range(200)]
-    chunks = list(_chunks(rows, 8000))
-    assert [r for c in chunks for r in orjson.loads(c)] == rows
-    assert all(len(c) <= 8000 for c in chunks)
+    parts = list(chunks(rows, 8000))
+    assert [r for c in parts for r in orjson.loads(c)] == rows
+    assert all(len(c) <= 8000 for c in parts)
 
 
 def test_chunks_with_int_keys_need_the_option() -> None:
     rows = [{"persisted": {30: 1}}]
     with pytest.raises(orjson.JSONEncodeError):
-        list(_chunks(rows, 1000))
-    assert orjson.loads(next(_chunks(rows, 1000, orjson.OPT_NON_STR_KEYS))) == [{"persisted": {"30": 1}}]
-    assert list(_chunks([], 1000)) == []
+        list(chunks(rows, 1000))
+    assert orjson.loads(next(chunks(rows, 1000, orjson.OPT_NON_STR_KEYS))) == [{"persisted": {"30": 1}}]
+    assert list(chunks([], 1000)) == []
 
 
 def _read_all(bootstrap: str, topic: str, n: int) -> list[Any]:
