@@ -153,41 +153,36 @@ def _never_resume(consumer: Any, topic: str) -> None:
 
 
 def _read_past(consumer: Any, topic: str, marker: str) -> None:
-    """After the first seek of ``topic``'s partitions, Faust's read offset of each is moved far past
-    its end, once (the marker records it)."""
+    """After the first seek of ``topic``'s raw partitions following a recovery, Faust's read offset of
+    each is moved far past its end, once (the marker records it)."""
     real = consumer.perform_seek
 
     async def perform_seek() -> None:
         await real()
-        tps = [tp for tp in consumer.assignment() if tp.topic == topic]
-        if not tps or os.path.exists(marker):
-            return
-        with open(marker, "w") as f:
-            f.write(str(os.getpid()))
-        for tp in tps:
-            consumer._read_offset[tp] = 2**40
-        log.warning("fault hook: Faust's read offset of %s is moved past every record to come", topic)
+        _move_read_offsets([tp for tp in consumer.assignment() if tp.topic == topic], consumer, marker, "to come")
 
     consumer.perform_seek = perform_seek
 
 
 def _read_past_changelog(consumer: Any, topic: str, marker: str) -> None:
-    """After the first recovery seek of ``topic``'s partitions, Faust's read offset of each is moved
-    far past its end, once (the marker records it)."""
+    """After the first recovery seek of ``topic``'s changelog partitions, the same."""
     real = consumer.seek_wait
 
     async def seek_wait(partitions: Any) -> None:
         await real(partitions)
-        tps = [tp for tp in partitions if tp.topic == topic]
-        if not tps or os.path.exists(marker):
-            return
-        with open(marker, "w") as f:
-            f.write(str(os.getpid()))
-        for tp in tps:
-            consumer._read_offset[tp] = 2**40
-        log.warning("fault hook: Faust's read offset of %s is moved past every record to restore", topic)
+        _move_read_offsets([tp for tp in partitions if tp.topic == topic], consumer, marker, "to restore")
 
     consumer.seek_wait = seek_wait
+
+
+def _move_read_offsets(tps: list[Any], consumer: Any, marker: str, what: str) -> None:
+    if not tps or os.path.exists(marker):
+        return
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    for tp in tps:
+        consumer._read_offset[tp] = 2**40
+    log.warning("fault hook: Faust's read offset of %s is moved past every record %s", tps[0].topic, what)
 
 
 def _raise_on(request_id: str) -> None:
