@@ -63,3 +63,18 @@ def test_an_answered_request_succeeds_and_a_late_report_is_ignored() -> None:
         assert not producer._waiting or all(r.future.done() for r in producer._waiting)
 
     asyncio.run(go())
+
+
+def test_the_server_bounds_its_graceful_stop_and_reads_no_proxy_headers(tmp_path: Any) -> None:
+    """In-flight requests get the ack timeout plus 5 s to finish on stop; X-Forwarded-* is never read."""
+    from rewardflow.collector.server import Collector
+    from rewardflow.settings import Settings
+
+    settings = Settings(home=tmp_path, kafka_bootstrap="127.0.0.1:1", collect_ack_timeout_s=7.0)
+    collector = Collector(settings, lambda: {}, port=0)  # type: ignore[arg-type,return-value]
+    try:
+        config = collector._server.config
+        assert config.timeout_graceful_shutdown == 12
+        assert config.proxy_headers is False
+    finally:
+        collector.stop()

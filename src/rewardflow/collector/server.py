@@ -76,7 +76,8 @@ class Collector:
         tls = settings.web_tls_certfile is not None
         self._server = uvicorn.Server(uvicorn.Config(
             create_app(settings, self.keys, self.producer, self.metrics), lifespan="off", log_level="warning",
-            access_log=False, proxy_headers=False,  # nothing reads the client's address: keys decide timeout_graceful_shutdown=int(settings.collect_ack_timeout_s) + 5,
+            access_log=False, timeout_graceful_shutdown=int(settings.collect_ack_timeout_s) + 5,
+            proxy_headers=False,  # nothing reads the client's address: keys decide
             ssl_certfile=str(settings.web_tls_certfile) if tls else None,
             ssl_keyfile=str(settings.web_tls_keyfile) if tls else None,
         ))
