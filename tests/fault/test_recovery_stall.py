@@ -28,16 +28,32 @@ SEED = 5_050_505
 STALL_S = 5.0
 
 
+def _first_half_then_stop(d: Any, ch_db: Any, stack: contextlib.ExitStack) -> tuple[Any, Any, Any, list[Any]]:
+    """The workload's first half processed, then a clean stop: the join state is in the changelog,
+    so the next start restores it."""
+    workload, sink, sender = feed(d, ch_db, stack, SEED)
+    chunks = workload.chunks(2)
+    sender.send(chunks[0])
+    d.worker.wait_caught_up(60)
+    d.worker.stop()
+    return workload, sink, sender, chunks
+
+
+def _drain(d: Any, sink: Any) -> float:
+    """Seconds until everything sent is stored, the sink and the worker alive throughout."""
+    def healthy() -> None:
+        sink.check()
+        assert d.worker.alive, f"the worker exited:\n{d.worker.log_tail(3000)}"
+
+    return wait_drained(d.settings, 180, healthy)
+
+
 @pytest.mark.parametrize(("hook", "says"), [("RF_FAULT_STALL_RECOVERY", "changelog recovery stalled"),
                                             ("RF_FAULT_STALL_RAW", "have records to process")])
 def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
         hook: str, says: str, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
     d = deployment(worker_stall_timeout_s=STALL_S)
-    workload, sink, sender = feed(d, ch_db, stack, SEED)
-    chunks = workload.chunks(2)
-    sender.send(chunks[0])
-    d.worker.wait_caught_up(60)
-    d.worker.stop()  # a clean stop: the join state is in the changelog
+    workload, sink, sender, chunks = _first_half_then_stop(d, ch_db, stack)
     marker = d.workdir / "stall.marker"
     d.worker.env[hook] = str(marker)
     started = time.monotonic()
@@ -52,12 +68,7 @@ def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
     d.worker.argv += ["--log-level", "INFO"]  # the recovery's timing is logged at INFO
     d.worker.restart(60)  # the hook fired once: this start restores normally
     sender.finish()
-
-    def healthy() -> None:
-        sink.check()
-        assert d.worker.alive, f"the worker exited:\n{d.worker.log_tail(3000)}"
-
-    drained_s = wait_drained(d.settings, 180, healthy)
+    drained_s = _drain(d, sink)
     restarted = d.worker.log_tail(200_000).rsplit("worker start #3", 1)[-1]
     assert "changelog recovery finished in" in restarted and "exiting 75" not in restarted
     sink.stop()
@@ -76,23 +87,14 @@ def test_records_faust_drops_as_read_are_sought_back_in_place(
     shows the hole). The watch must seek both back in place (no exit, no new member) and every
     reward must be exact."""
     d = deployment(worker_stall_timeout_s=STALL_S)
-    workload, sink, sender = feed(d, ch_db, stack, SEED)
-    chunks = workload.chunks(2)
-    sender.send(chunks[0])
-    d.worker.wait_caught_up(60)
-    d.worker.stop()  # the join state is in the changelog: the next start restores it
+    workload, sink, sender, chunks = _first_half_then_stop(d, ch_db, stack)
     markers = {hook: d.workdir / f"{hook}.marker" for hook in ("RF_FAULT_STALE_CHANGELOG_READ", "RF_FAULT_STALE_READ")}
     d.worker.env.update({hook: str(marker) for hook, marker in markers.items()})
     d.worker.argv += ["--log-level", "INFO"]
     d.worker.start()
     sender.send(chunks[1])
     sender.finish()
-
-    def healthy() -> None:
-        sink.check()
-        assert d.worker.alive, f"the worker exited:\n{d.worker.log_tail(3000)}"
-
-    drained_s = wait_drained(d.settings, 180, healthy)
+    drained_s = _drain(d, sink)
     log = d.worker.log_tail(200_000).rsplit("worker start #2", 1)[-1]
     assert all(m.exists() for m in markers.values()), log[-3000:]
     reseek = log.index("sought back to offset")  # the changelog's, during the recovery
