@@ -100,20 +100,28 @@ class TurnState:
     counts: dict[str, int] = field(default_factory=dict)
     provisional_h: int = 0  # last horizon a provisional outcome was emitted for
     n: int = 0  # events applied (the session limits count them)
+    _anchor: int | None = field(default=None, compare=False, repr=False)  # anchor(), until apply() changes it
 
     @classmethod
     def start(cls, event: Envelope) -> TurnState:
         return cls(event.request_id, event.session_id, event.org_id, event.ts)
 
     def anchor(self) -> int:
-        """Event time the horizons count from: the latest of served and edit times."""
-        base = self.served["ts"] if self.served else self.first_ts
-        return max(base, max(self.edits.values())) if self.edits else base
+        """Event time the horizons count from: the latest of served and edit times.
+
+        Kept between calls; only :meth:`apply` changes what it depends on (served, edits, first_ts).
+        """
+        a = self._anchor
+        if a is None:
+            base = self.served["ts"] if self.served else self.first_ts
+            a = self._anchor = max(base, max(self.edits.values())) if self.edits else base
+        return a
 
     def apply(self, ev: Envelope) -> None:
         """Fold one validated event into the turn. Order-independent."""
         ts = ev.ts
         self.n += 1
+        self._anchor = None
         if ts < self.first_ts:
             self.first_ts = ts
         kind = _KIND.get(type(ev)) or _kind_of(type(ev))

@@ -108,9 +108,15 @@ class WindowBook:
     partition: int
     closed_through: dict[int, int] = field(default_factory=dict)  # size_s -> windows ending <= this are closed
     open: dict[tuple[int, int, str, str, str, str], WindowAccumulator] = field(default_factory=dict)
+    _min_closed: int | None = field(default=None, compare=False, repr=False)  # kept until close() moves one
 
     def min_closed_through(self) -> int:
-        return min((self.closed_through.get(s, -1) for s in self.sizes_s), default=-1)
+        """The lowest ``closed_through`` over the sizes (-1 while one has none). Kept between calls:
+        only :meth:`close` changes ``closed_through``."""
+        m = self._min_closed
+        if m is None:
+            m = self._min_closed = min((self.closed_through.get(s, -1) for s in self.sizes_s), default=-1)
+        return m
 
     def add(self, r: RewardRecord) -> None:
         """Add a final reward record to each size's window."""
@@ -175,6 +181,7 @@ class WindowBook:
             if through <= closed.get(size, -1):
                 continue
             closed[size] = through
+            self._min_closed = None
             for k in [k for k in opened if k[0] == size and k[1] + size_ms <= through]:
                 out.append(opened.pop(k).to_record(partition))
         return out
