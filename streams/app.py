@@ -162,6 +162,7 @@ class JoinWorker:
     async def _agent(self, stream: Any) -> None:
         s, timed = self.settings, self.metrics.time
         self.faults.install(self.app.consumer, self.raw_topic.get_topic_name(), changelog_topic(self.settings))
+        self.faults.crash(self.app)
         if self._watching is None:  # Faust starts its timers only after a recovery: this one must run during it
             self._watching = asyncio.ensure_future(self._recovery_loop())
         clock = time.perf_counter()

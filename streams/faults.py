@@ -22,7 +22,11 @@ can prove the worker survives it:
   come (as previous-generation records delivered after the seek move it): the records are
   fetched, and Faust's fetch loop drops them as already read;
 * ``RF_FAULT_STALE_CHANGELOG_READ=<marker path>``: the same for the changelog partitions, right
-  after a recovery's seek, so the recovery receives nothing though records are fetched.
+  after a recovery's seek, so the recovery receives nothing though records are fetched;
+* ``RF_FAULT_CRASH=<marker path>``: while the marker does not exist, the first process to start
+  its agent creates it and one of Faust's background tasks raises, as a changelog topic's
+  creation did when a rebalance hit a starting worker (Faust marks the app crashed, logs it and
+  goes on serving; the worker must stop itself).
 
 Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
 outside this module reads the variables.
@@ -30,6 +34,7 @@ outside this module reads the variables.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -58,6 +63,7 @@ class Faults:
     stall_raw_marker: str = ""
     stale_read_marker: str = ""
     stale_changelog_marker: str = ""
+    crash_marker: str = ""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -73,7 +79,19 @@ class Faults:
             stall_raw_marker=env.get("RF_FAULT_STALL_RAW", ""),
             stale_read_marker=env.get("RF_FAULT_STALE_READ", ""),
             stale_changelog_marker=env.get("RF_FAULT_STALE_CHANGELOG_READ", ""),
+            crash_marker=env.get("RF_FAULT_CRASH", ""),
         )
+
+    def crash(self, app: Any) -> None:
+        """``RF_FAULT_CRASH``: a task of one of the app's services raises (once, in the first process)."""
+        if self.crash_marker and not os.path.exists(self.crash_marker):
+            with open(self.crash_marker, "w") as f:
+                f.write(str(os.getpid()))
+
+            async def fail() -> None:
+                raise asyncio.InvalidStateError("RF_FAULT_CRASH: a background task of Faust's table manager failed")
+
+            app.tables.add_future(fail())
 
     def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
         """Install the hooks that replace code: the failing commit, the raising core, the stalled recovery."""

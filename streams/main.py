@@ -8,10 +8,15 @@ order — the sink uses this to flush and commit last.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import faust
 
@@ -23,6 +28,8 @@ log = logging.getLogger("rewardflow.streams")
 
 
 GC_THRESHOLDS = (100_000, 50, 100)
+CRASH_POLL_S = 0.5
+CRASH_STOP_S = 60.0  # a crashed worker that has not stopped this long after its SIGTERM is ended hard
 
 
 def tune_gc() -> None:
@@ -39,6 +46,29 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def exit_on_crash(app: Any, stop: Callable[[], None], poll_s: float = CRASH_POLL_S) -> None:
+    """Call ``stop`` once any of the app's services crashed, then return.
+
+    Faust runs its services' start and background work in tasks; an exception there (seen: an
+    ``InvalidStateError`` of a changelog topic's creation while a rebalance hit a starting worker)
+    marks the app crashed and is only logged, so the process would sit in the group, serving its
+    metrics and processing nothing, until a signal came. Never raises; polls every ``poll_s`` s.
+    """
+    while not app.crashed:
+        await asyncio.sleep(poll_s)
+    log.error("the worker's Faust app crashed (%r); stopping, with exit code 1, so that its supervisor "
+              "(rewardflow run) starts it again", app.crash_reason)
+    stop()
+
+
+def _stop_crashed() -> None:
+    """Faust's graceful stop (which exits 1 for a crashed app), or a hard exit if that hangs."""
+    hard = threading.Timer(CRASH_STOP_S, os._exit, (1,))
+    hard.daemon = True
+    hard.start()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING",
                on_stopped: list[Callable[[], None]] | None = None, join: JoinWorker | None = None) -> int:
     """Create topics, start the Faust worker and block until it stops. Returns an exit code."""
@@ -53,6 +83,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
     worker.spinner = None
     tune_gc()
+    asyncio.ensure_future(exit_on_crash(join.app, _stop_crashed), loop=worker.loop)
     code = 0
     try:
         worker.execute_from_commandline()

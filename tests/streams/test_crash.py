@@ -1,0 +1,51 @@
+"""A worker whose Faust app crashes stops itself, so that its supervisor starts it again.
+
+Faust runs its services' background work in tasks; when one raises, it marks the app crashed,
+logs the exception and goes on, so a worker could sit in its group doing nothing until a signal
+came. The fault hook ``RF_FAULT_CRASH`` makes one such task raise in the first process.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewardflow.kafka import topics as T
+from rewardflow.kafka.provision import ensure_topics
+from tests.factories import T0, turn
+from tests.streams.kafka_io import OutputCollector, RawProducer, json_record
+from tests.streams.worker import WorkerProcess
+
+pytestmark = pytest.mark.kafka
+
+
+def test_a_crashed_worker_exits_1_at_once_and_its_next_start_processes(
+        kafka_broker: Any, tmp_path: Path, unique_group: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "crashed"
+    monkeypatch.setenv("RF_FAULT_CRASH", str(marker))
+    worker = WorkerProcess(kafka_broker.bootstrap, f"t{uuid.uuid4().hex[:10]}.", tmp_path)
+    ensure_topics(worker.settings)
+    raw, out = RawProducer(worker.settings), OutputCollector(worker.settings, unique_group, worker)
+    try:
+        worker.start()
+        started = time.monotonic()
+        assert worker.wait_exit(60) == 1, worker.log_tail()
+        assert marker.exists(), "the fault never fired: the test proves nothing"
+        log = worker.log_tail()
+        assert "Faust app crashed" in log and "RF_FAULT_CRASH" in log, log
+        assert time.monotonic() - started < 45, "the crashed worker waited instead of stopping"
+
+        worker.start()  # the marker exists: this start does not crash
+        worker.wait_joined()
+        evs = turn("r-crash", "s-crash", T0, horizons=(30, 120))
+        raw.send(0, *json_record(*evs))
+        out.until(lambda o: len(o.rows[T.VALID]) == len(evs), 30, "the turn's events processed after the restart")
+        assert worker.alive
+    finally:
+        worker.close()
+        out.close()
+        raw.close()
