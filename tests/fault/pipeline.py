@@ -142,15 +142,15 @@ def wait_drained(settings: Settings, timeout: float, alive: Callable[[], Any] | 
         time.sleep(0.5)
 
 
-def feed(deployment: Any, ch_db: Any, stack: Any, seed: int) -> tuple[Any, SinkThread, Any]:
-    """The usual start of a fault test: the workload of ``seed``, merges stopped (so stored duplicates
-    are counted), a sink thread and an avro :class:`~tests.fault.sender.Sender`, both registered on
-    ``stack`` for teardown. Returns (workload, sink, sender)."""
+def feed(deployment: Any, ch_db: Any, stack: Any, seed: int, **sizes: int) -> tuple[Any, SinkThread, Any]:
+    """The usual start of a fault test: the workload of ``seed`` (``sizes``: build_workload's sessions and
+    turns), merges stopped (so stored duplicates are counted), a sink thread and an avro
+    :class:`~tests.fault.sender.Sender`, both registered on ``stack`` for teardown. Returns (workload, sink, sender)."""
     from tests.fault.sender import Sender
     from tests.fault.verify import stop_merges
     from tests.fault.workload import build_workload
 
-    workload = build_workload(deployment.settings, seed)
+    workload = build_workload(deployment.settings, seed, **sizes)
     stop_merges(ch_db.client)
     sink = SinkThread(deployment.sink_settings(ch_db.dsn.secret))
     stack.callback(sink.stop)

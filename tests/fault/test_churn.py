@@ -1,24 +1,28 @@
-"""Membership churn while traffic flows: workers join, leave cleanly and are SIGKILLed, one change
-after another, on 12 partitions.
+"""Membership churn while traffic flows, for several minutes: workers join, leave cleanly and are
+SIGKILLed (some while they restore their state), one change after another, on 12 partitions, with
+one to four members.
 
 After every change a chunk of the workload is sent, and every raw partition must be processed
 again (the group has committed every record sent so far) within :data:`BOUND_S`: a takeover that
 stalls in changelog recovery fails the test instead of waiting for a later rebalance by chance.
 At the end ClickHouse must hold exactly what the pure core computes (one uninterrupted worker).
 A worker that leaves a stalled recovery (exit 75) is started again, as ``rewardflow run`` would,
-and counted. The time from each change to caught-up is reported (p50 / p99 / max).
+and counted. The time from each change to caught-up, and each changelog recovery's time as the
+workers log it, are reported (p50 / p99 / max).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings, tick_key
@@ -33,16 +37,47 @@ SEED = 6_060_606
 PARTITIONS = 12
 BOUND_S = 30.0
 STALL_S = 8.0  # a stalled takeover is resumed, or left and restarted, well within BOUND_S
-CHANGES = ("join", "join", "kill", "join", "leave", "join", "kill", "join", "leave", "kill")  # 1 to 3 members
+# "doomed": a worker joins and is SIGKILLed while it restores its share (before the group caught up)
+CHANGES = ("join", "join", "kill", "join", "leave", "join", "kill", "join", "leave", "kill",
+           "join", "doomed", "join", "join", "kill", "kill", "join", "leave", "doomed", "join",
+           "kill", "join", "leave", "join", "kill", "leave", "join", "doomed", "kill", "join")
+DOOMED_AFTER_S = 2.0
+_RECOVERED = re.compile(r"changelog recovery finished in ([0-9.]+) s")
 
 
-def caught_up_after(settings: Settings, started: float, bound: float, supervise: Any) -> float:
-    """Seconds from ``started`` until the group has committed every raw record that exists now
-    (``supervise()`` is called while waiting)."""
+def percentiles(xs: list[float]) -> dict[str, float | int | None]:
+    """n, p50, p99 and max of ``xs`` (None when empty)."""
+    s = sorted(xs)
+    if not s:
+        return {"n": 0, "p50_s": None, "p99_s": None, "max_s": None}
+    return {"n": len(s), "p50_s": statistics.median(s), "p99_s": s[min(len(s) - 1, int(0.99 * len(s)))],
+            "max_s": s[-1]}
+
+
+def caught_up_after(settings: Settings, started: float, bound: float, members: int, supervise: Any) -> float:
+    """Seconds from ``started`` until the group is stable with ``members`` members sharing every raw
+    partition and has committed every raw record that exists then (``supervise()`` is called while
+    waiting). Judged from the membership first, so a join is not "caught up" before its rebalance."""
     raw = settings.topic(T.RAW)
     parts = [TopicPartition(raw, p) for p in range(settings.partitions)]
-    c = Consumer({**settings.kafka_client_config(), "group.id": settings.topic("worker")}, logger=LIBRDKAFKA_LOG)
+    group = settings.topic("worker")
+    admin = AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG)
+    c = Consumer({**settings.kafka_client_config(), "group.id": group}, logger=LIBRDKAFKA_LOG)
     try:
+        while True:
+            try:
+                desc = admin.describe_consumer_groups([group])[group].result(timeout=5)
+                owners = [{tp.partition for tp in m.assignment.topic_partitions if tp.topic == raw} for m in desc.members]
+                settled = (desc.state == ConsumerGroupState.STABLE and len(owners) == members
+                           and set().union(*owners) == set(range(settings.partitions)))
+            except KafkaException:  # the coordinator is moving or loading: ask again
+                settled, owners = False, []
+            if settled:
+                break
+            assert time.monotonic() - started < bound, (
+                f"the group did not settle on {members} members within {bound:.0f} s: {len(owners)} own {owners}")
+            supervise()
+            time.sleep(0.25)
         ends = [c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts]
         while True:
             committed = [tp.offset for tp in c.committed(parts, timeout=10)]
@@ -64,11 +99,11 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
     key = tick_key(settings).decode()
     live: list[WorkerProcess] = [d.worker]
     everyone = list(live)
-    workload, sink, sender = feed(d, ch_db, stack, SEED)
+    workload, sink, sender = feed(d, ch_db, stack, SEED, sessions=60)
     chunks = workload.chunks(len(CHANGES) + 1)
     sender.send(chunks[0])
 
-    def join(name: str) -> None:
+    def join(name: str) -> WorkerProcess:
         workdir = tmp_path / name
         workdir.mkdir()
         w = WorkerProcess(settings.kafka_bootstrap, settings.topic_prefix, workdir,
@@ -80,6 +115,7 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
         w.start()
         live.append(w)
         everyone.append(w)
+        return w
 
     restarted: list[str] = []
 
@@ -91,11 +127,17 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
         started = time.monotonic()
         if change == "join":
             join(f"worker-{i}")
+        elif change == "doomed":
+            doomed = join(f"worker-{i}")
+            sender.send(chunks[i + 1][: len(chunks[i + 1]) // 2])
+            time.sleep(DOOMED_AFTER_S)
+            live.remove(doomed)
+            doomed.kill()
         else:
             gone = live.pop(0)  # the oldest member: it holds the most state
             gone.kill() if change == "kill" else gone.stop()
-        sender.send(chunks[i + 1])  # traffic flows through the rebalance
-        took.append((change, round(caught_up_after(settings, started, BOUND_S, supervise), 1)))
+        sender.send(chunks[i + 1][len(chunks[i + 1]) // 2:] if change == "doomed" else chunks[i + 1])  # traffic flows
+        took.append((change, round(caught_up_after(settings, started, BOUND_S, len(live), supervise), 1)))
         sink.check()
     sender.finish()
 
@@ -108,9 +150,9 @@ def test_workers_joining_leaving_and_killed_while_traffic_flows(
     drained_s = wait_drained(settings, 180, healthy)
     sink.stop()
     summary = check(collect(ch_db.client), workload, sender, late_ok=False)
-    seconds = sorted(s for _, s in took)
-    figures = {"p50_s": statistics.median(seconds), "p99_s": seconds[min(len(seconds) - 1, int(0.99 * len(seconds)))],
-               "max_s": seconds[-1], "changes": took}
+    recoveries = [float(x) for w in everyone for x in _RECOVERED.findall(w.log_tail(10**8))]
+    figures: dict[str, Any] = {**percentiles([s for _, s in took]), "changes": took,
+                               "changelog_recovery": percentiles(recoveries)}
     figures["restarted_after_a_stall"] = restarted
     figures["stalls_resumed"] = sum(w.log_tail(10**8).count("resumed their fetching") for w in everyone)
     record_property("fault_summary", {**summary, "caught_up": figures, "drained_s": round(drained_s, 1)})
