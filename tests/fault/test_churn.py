@@ -21,15 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-from rewardflow.kafka import topics as T
-from rewardflow.settings import Settings, tick_key
-from tests.fault.pipeline import feed, release_admin, restart_stalled, wait_drained
+from rewardflow.settings import tick_key
+from tests.fault.pipeline import caught_up_after, feed, release_admin, restart_stalled, wait_drained
 from tests.fault.verify import check, collect
 from tests.fault.workload import FAULT_SETTINGS
-from tests.streams.kafka_io import LIBRDKAFKA_LOG
 from tests.streams.worker import WorkerProcess
 
 pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.timeout(600)]
@@ -52,43 +48,6 @@ def percentiles(xs: list[float]) -> dict[str, float | int | None]:
         return {"n": 0, "p50_s": None, "p99_s": None, "max_s": None}
     return {"n": len(s), "p50_s": statistics.median(s), "p99_s": s[min(len(s) - 1, int(0.99 * len(s)))],
             "max_s": s[-1]}
-
-
-def caught_up_after(settings: Settings, started: float, bound: float, members: int, supervise: Any) -> float:
-    """Seconds from ``started`` until the group is stable with ``members`` members sharing every raw
-    partition and has committed every raw record that exists then (``supervise()`` is called while
-    waiting). Judged from the membership first, so a join is not "caught up" before its rebalance."""
-    raw = settings.topic(T.RAW)
-    parts = [TopicPartition(raw, p) for p in range(settings.partitions)]
-    group = settings.topic("worker")
-    admin = AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG)
-    c = Consumer({**settings.kafka_client_config(), "group.id": group}, logger=LIBRDKAFKA_LOG)
-    try:
-        while True:
-            try:
-                desc = admin.describe_consumer_groups([group])[group].result(timeout=5)
-                owners = [{tp.partition for tp in m.assignment.topic_partitions if tp.topic == raw} for m in desc.members]
-                settled = (desc.state == ConsumerGroupState.STABLE and len(owners) == members
-                           and set().union(*owners) == set(range(settings.partitions)))
-            except KafkaException:  # the coordinator is moving or loading: ask again
-                settled, owners = False, []
-            if settled:
-                break
-            assert time.monotonic() - started < bound, (
-                f"the group did not settle on {members} members within {bound:.0f} s: {len(owners)} own {owners}")
-            supervise()
-            time.sleep(0.25)
-        ends = [c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts]
-        while True:
-            committed = [tp.offset for tp in c.committed(parts, timeout=10)]
-            if all(e == 0 or got >= e for got, e in zip(committed, ends, strict=True)):
-                return time.monotonic() - started
-            behind = {p: e - max(got, 0) for p, (got, e) in enumerate(zip(committed, ends, strict=True)) if got < e}
-            assert time.monotonic() - started < bound, f"partitions not processed again within {bound:.0f} s: {behind}"
-            supervise()
-            time.sleep(0.25)
-    finally:
-        c.close()
 
 
 def test_workers_joining_leaving_and_killed_while_traffic_flows(
