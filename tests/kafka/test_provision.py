@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from rewardflow.kafka import topics as T
-from rewardflow.kafka.provision import ensure_topics, raw_record_limit
+from rewardflow.kafka.provision import changelog_topic, ensure_topics, raw_record_limit, state_record_limit
 from rewardflow.settings import Settings
 
 pytestmark = pytest.mark.kafka
@@ -34,6 +34,20 @@ def test_an_existing_raw_topic_is_made_to_stamp_broker_time(kafka_broker: Any, t
     assert got["message.timestamp.type"] == "LogAppendTime"
     assert int(got["max.message.bytes"]) == 9_000_000 > raw_record_limit(settings)  # never lowered
     assert configs(admin, settings.topic(T.REWARDS))["message.timestamp.type"] == "CreateTime"  # outputs keep theirs
+
+
+def test_the_worker_changelog_is_made_compacted_only(kafka_broker: Any, tmp_path: Path) -> None:
+    settings = Settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"p{uuid.uuid4().hex[:8]}.", home=tmp_path,
+                        partitions=1)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    changelog = changelog_topic(settings)
+    made = NewTopic(changelog, 1, 1, config={"cleanup.policy": "compact,delete", "retention.ms": "60000"})
+    for fut in admin.create_topics([made]).values():
+        fut.result(timeout=30)  # altered by hand: session state would be deleted after a minute
+    ensure_topics(settings)
+    got = configs(admin, changelog)
+    assert got["cleanup.policy"] == "compact"
+    assert int(got["max.message.bytes"]) == state_record_limit(settings)
 
 
 def test_replication_settings_reach_every_topic(kafka_broker: Any, tmp_path: Path) -> None:

@@ -73,7 +73,9 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     """Create the raw and output topics with ``settings.partitions``; return their names.
 
     Existing topics get the configs :func:`topic_configs` requires (a record size limit is only ever
-    raised), and so does the worker's changelog once Faust has created it.
+    raised), and so does the worker's changelog once Faust has created it: its size limit, and
+    ``cleanup.policy=compact`` alone (a ``delete`` policy would drop session state after its
+    retention, so a takeover would restore less than the worker had).
     """
     names = [settings.topic(n) for n in ALL_TOPICS]
     configs = topic_configs(settings)
@@ -93,7 +95,7 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     wanted = {n: c for n, c in configs.items() if n in existing}
     changelog = changelog_topic(settings)
     if changelog in client.list_topics(timeout=timeout).topics:
-        wanted[changelog] = {"max.message.bytes": str(state_record_limit(settings)),
+        wanted[changelog] = {"max.message.bytes": str(state_record_limit(settings)), "cleanup.policy": "compact",
                              **({"min.insync.replicas": str(settings.topic_min_insync_replicas)}
                                 if settings.topic_min_insync_replicas else {})}
     _apply_configs(client, wanted, timeout)
