@@ -36,7 +36,7 @@ STALL_S = 8.0  # a stalled takeover is resumed, or left and restarted, well with
 # "doomed": a worker joins and is SIGKILLed while it restores its share (before the group caught up)
 CHANGES = ("join", "join", "kill", "join", "leave", "join", "kill", "join", "leave", "kill",
            "join", "doomed", "join", "join", "kill", "kill", "join", "leave", "doomed", "join",
-           "kill", "join", "leave", "join", "kill", "leave", "join", "doomed", "kill", "join")
+           "kill", "leave", "join", "doomed")
 DOOMED_AFTER_S = 2.0
 _RECOVERED = re.compile(r"changelog recovery finished in ([0-9.]+) s")
 
