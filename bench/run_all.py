@@ -1,4 +1,4 @@
-"""Run every benchmark (produce, stream, sink, e2e, collect) in sequence as subprocesses and summarise them. Not a test.
+"""Run every benchmark (produce, stream, sink, e2e, faust_path, collect) in sequence as subprocesses and summarise them. Not a test.
 
 One local Kafka broker is started for all of them (unless ``--bootstrap`` /
 ``REWARDFLOW_KAFKA_BOOTSTRAP`` names one) and passed to each script. Each
@@ -25,12 +25,13 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-NAMES = ("produce", "stream", "sink", "e2e", "collect")
+NAMES = ("produce", "stream", "sink", "e2e", "faust_path", "collect")
 QUICK_ARGS = {
     "produce": ["--events", "50000", "--runs", "1"],
     "stream": ["--events", "20000", "--runs", "1"],
     "sink": ["--rows", "50000", "--runs", "1"],
     "e2e": ["--quick"],
+    "faust_path": ["--events", "30000", "--runs", "1"],
     "collect": ["--events", "10000"],
 }
 
@@ -84,6 +85,12 @@ def rows_of(name: str, res: dict[str, Any]) -> list[dict[str, Any]]:
                         "ratio": (m["peak_rss_mb"] / m["rss_at_ready_mb"]) if m.get("peak_rss_mb") and m.get("rss_at_ready_mb") else None,
                         "target": f"flat vs turns ({m.get('finalised_turns') or 0:,.0f} finalised)", "unit": "MB"})
         return out
+    if name == "faust_path":
+        m = res.get("median") or {}
+        return [{"figure": f"Faust's per-record path alone, {res.get('events_per_record') or 0:.2f} events/record "
+                           "(the ceiling of any worker at this shape)", "value": m.get("faust_events_s"),
+                 "floor": m.get("floor_events_s"), "ratio": m.get("ratio"), "target": "(a ceiling, no target)",
+                 "unit": "events/s"}]
     if name == "collect":
         c = res.get("collector") or {}
         shape = f"{res.get('shape')} shape, {res.get('events_per_request') or 0:.1f} events/request, {res.get('clients')} clients"

@@ -1,4 +1,4 @@
-"""``rewardflow bench``: run the benchmark scripts under ``bench/`` (produce, stream, sink, e2e, collect) and summarise.
+"""``rewardflow bench``: run the benchmark scripts under ``bench/`` (produce, stream, sink, e2e, faust_path, collect) and summarise.
 
 The scripts live in the source checkout (``bench/``, next to ``src/``), not in
 the installed package; this command finds them from the package location or
@@ -26,7 +26,7 @@ def _bench_dir() -> Path | None:
 def command(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (bench/results/summary.json)."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes and one run each (minutes instead of an hour)."),
-    only: str | None = typer.Option(None, "--only", help="Run only these: comma-separated of produce, stream, sink, e2e, collect."),
+    only: str | None = typer.Option(None, "--only", help="Run only these: comma-separated of produce, stream, sink, e2e, faust_path, collect."),
 ) -> None:
     """Run the benchmarks in sequence (each beside its floor) and print one summary table.
 

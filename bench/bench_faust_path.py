@@ -1,0 +1,169 @@
+"""The ceiling Faust's per-record path sets on a stream worker, at the SDK's record shape. Not a test.
+
+For each run, on a fresh raw topic:
+
+1. untimed: the end-to-end benchmark's workload (``bench_e2e.make_records``: simulated sessions, a
+   session's events due within ``--batch-window-ms`` in one Avro record, ~1.3 events/record at the
+   default 1 s) is produced, idempotently;
+2. faust: a child process runs a Faust app with the worker's consumer settings and one agent that
+   takes the records as the worker's does (``stream.take_events(worker_batch_records,
+   within=worker_batch_s)``, concurrency 1, acked by Faust) and does nothing else with them: no
+   decoding, no state, no outputs. Timed from the first batch to the last record;
+3. floor: a plain confluent-kafka consumer reads the same topic from the start and decodes every
+   record (``decode_record``: fastavro), timed from the first record to the last.
+
+What the worker does beyond Faust's path (the core, the state writes, the output sends) only adds
+to the Faust figure, so a worker at this shape can never process more records per second than it.
+Prints records/s and events/s of both, the ratio, the time per record of each, and writes
+``bench/results/faust_path.json``.
+
+    python bench/bench_faust_path.py --bootstrap HOST:PORT [--events 100000] [--runs 3] [--partitions 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench_e2e import make_records  # noqa: E402 - the benches run as scripts from bench/
+from bench_stream import produce
+from rewardflow.events.wire import decode_record
+from rewardflow.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+
+
+def child(bootstrap: str, topic: str, records: int, out: Path) -> None:
+    """Run the Faust app until ``records`` records went through the agent; write the timing to ``out``."""
+    import signal
+
+    import faust
+
+    settings = Settings(kafka_bootstrap=bootstrap)
+    app = faust.App(f"faustpath-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}", store="memory://",
+                    web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",
+                    stream_wait_empty=False, broker_commit_interval=1.0,
+                    datadir=tempfile.mkdtemp(prefix="faustpath-"))
+    raw = app.topic(topic, key_serializer="raw", value_serializer="raw")
+    seen = {"n": 0, "first": 0.0, "last": 0.0, "batches": 0}
+
+    @app.agent(raw, concurrency=1)
+    async def count(stream: Any) -> None:
+        async for events in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_s):
+            if not seen["n"]:
+                seen["first"] = time.perf_counter()
+            seen["n"] += len(events)
+            seen["batches"] += 1
+            if seen["n"] >= records:
+                seen["last"] = time.perf_counter()
+                out.write_text(json.dumps(seen))
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False).execute_from_commandline()
+
+
+def run_faust(bootstrap: str, topic: str, records: int, timeout: float) -> dict[str, Any]:
+    out = Path(tempfile.mkdtemp(prefix="faustpath-")) / "timing.json"
+    cmd = [sys.executable, str(Path(__file__)), "--child", "--bootstrap", bootstrap, "--topic", topic,
+           "--records", str(records), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=HERE, timeout=timeout, capture_output=True, text=True)
+    if not out.exists():
+        raise SystemExit(f"the Faust child exited {proc.returncode} without a result:\n{proc.stderr[-3000:]}")
+    got = json.loads(out.read_text())
+    return {"seconds": got["last"] - got["first"], "batches": got["batches"], "records": got["n"]}
+
+
+def run_floor(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, int]:
+    """Seconds to consume and decode every record from the start; the events decoded."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"floor-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    n = events = 0
+    start = 0.0
+    while n < records:
+        for msg in c.consume(5000, 1.0):
+            if msg.error() is not None:
+                continue
+            if not n:
+                start = time.perf_counter()
+            n += 1
+            events += len(decode_record(msg.value(), msg.headers(), max_bytes=2_000_000))
+    elapsed = time.perf_counter() - start
+    c.close()
+    return elapsed, events
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default=os.environ.get("REWARDFLOW_KAFKA_BOOTSTRAP"))
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--sessions-per-hour", type=float, default=2_000.0)
+    ap.add_argument("--batch-window-ms", type=int, default=1_000, help="as bench_e2e.py (1 s: the SDK's shape)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--out", default=str(HERE / "results" / "faust_path.json"))
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--records", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if not args.bootstrap:
+        raise SystemExit("--bootstrap (or REWARDFLOW_KAFKA_BOOTSTRAP) is required: start one with "
+                         "`rewardflow kafka up`")
+    if args.child:
+        child(args.bootstrap, args.topic, args.records, Path(args.out))
+        return
+    records, _, sizes, _ = make_records(args.events, args.sessions_per_hour, args.batch_window_ms, args.seed)
+    print(f"{args.events:,} events in {len(records):,} records ({args.events / len(records):.2f} events/record)")
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    runs = []
+    for i in range(args.runs):
+        topic = f"faustpath-{uuid.uuid4().hex[:8]}"
+        for fut in admin.create_topics([NewTopic(topic, args.partitions, 1)]).values():
+            fut.result(timeout=30)
+        produce(args.bootstrap, topic, records)
+        faust_run = run_faust(args.bootstrap, topic, len(records), args.timeout)
+        floor_s, floor_events = run_floor(args.bootstrap, topic, args.partitions, len(records))
+        assert floor_events == args.events, (floor_events, args.events)
+        load = os.getloadavg()[0]
+        run = {"faust_records_s": len(records) / faust_run["seconds"], "faust_events_s": args.events / faust_run["seconds"],
+               "faust_us_per_record": faust_run["seconds"] / len(records) * 1e6, "faust_batches": faust_run["batches"],
+               "floor_records_s": len(records) / floor_s, "floor_events_s": args.events / floor_s,
+               "floor_us_per_record": floor_s / len(records) * 1e6, "load": round(load, 2)}
+        run["ratio"] = run["faust_records_s"] / run["floor_records_s"]
+        runs.append(run)
+        print(f"  run {i + 1}: Faust's path {run['faust_records_s']:,.0f} records/s = {run['faust_events_s']:,.0f} "
+              f"events/s ({run['faust_us_per_record']:.0f} µs/record, {faust_run['batches']} batches); floor "
+              f"{run['floor_records_s']:,.0f} records/s ({run['floor_us_per_record']:.0f} µs/record); ratio "
+              f"{run['ratio']:.2f}; load {load:.1f}")
+        for fut in admin.delete_topics([topic]).values():
+            fut.result(timeout=30)
+    summary = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"median: Faust's path {summary['faust_events_s']:,.0f} events/s at {args.events / len(records):.2f} "
+          f"events/record ({summary['faust_us_per_record']:.0f} µs/record): no worker at this shape goes faster")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({
+        "events": args.events, "records": len(records), "events_per_record": args.events / len(records),
+        "batch_window_ms": args.batch_window_ms, "partitions": args.partitions, "runs": runs, "median": summary,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "command": " ".join(["python", "bench/bench_faust_path.py", *sys.argv[1:]]),
+    }, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
