@@ -46,8 +46,14 @@ from rewardflow.settings import Settings
 HERE = Path(__file__).resolve().parent
 
 
-def child(bootstrap: str, topic: str, records: int, out: Path) -> None:
-    """Run the Faust app until ``records`` records went through the agent; write the timing to ``out``."""
+def child(bootstrap: str, topic: str, records: int, out: Path, route: str) -> None:
+    """Run the Faust app until ``records`` records went through the agent; write the timing to ``out``.
+
+    ``route="bulk"`` (a measurement of a lever, not what the worker does) replaces the consumer's
+    fetch loop with one that takes each fetch's records as one batch and acks them, so they skip
+    the conductor, the channel queue and the stream; the agent stays only to subscribe the topic.
+    """
+    import asyncio
     import signal
 
     import faust
@@ -60,25 +66,42 @@ def child(bootstrap: str, topic: str, records: int, out: Path) -> None:
     raw = app.topic(topic, key_serializer="raw", value_serializer="raw")
     seen = {"n": 0, "first": 0.0, "last": 0.0, "batches": 0}
 
+    def took(n: int) -> None:
+        if not seen["n"]:
+            seen["first"] = time.perf_counter()
+        seen["n"] += n
+        seen["batches"] += 1
+        if seen["n"] >= records and not seen["last"]:
+            seen["last"] = time.perf_counter()
+            out.write_text(json.dumps(seen))
+            os.kill(os.getpid(), signal.SIGTERM)
+
     @app.agent(raw, concurrency=1)
     async def count(stream: Any) -> None:
         async for events in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_s):
-            if not seen["n"]:
-                seen["first"] = time.perf_counter()
-            seen["n"] += len(events)
-            seen["batches"] += 1
-            if seen["n"] >= records:
-                seen["last"] = time.perf_counter()
-                out.write_text(json.dumps(seen))
-                os.kill(os.getpid(), signal.SIGTERM)
+            took(len(events))
+
+    if route == "bulk":
+        consumer = app.consumer
+
+        async def bulk_drain(fetcher: Any) -> None:
+            while not (consumer.should_stop or fetcher.should_stop):
+                batch = [message async for _, message in consumer.getmany(timeout=1.0)]
+                await asyncio.sleep(0)
+                if batch:
+                    took(len(batch))
+                    for message in batch:
+                        consumer.ack(message)
+
+        consumer._drain_messages = bulk_drain
 
     faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False).execute_from_commandline()
 
 
-def run_faust(bootstrap: str, topic: str, records: int, timeout: float) -> dict[str, Any]:
+def run_faust(bootstrap: str, topic: str, records: int, timeout: float, route: str = "agent") -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="faustpath-")) / "timing.json"
     cmd = [sys.executable, str(Path(__file__)), "--child", "--bootstrap", bootstrap, "--topic", topic,
-           "--records", str(records), "--out", str(out)]
+           "--records", str(records), "--out", str(out), "--route", route]
     proc = subprocess.run(cmd, cwd=HERE, timeout=timeout, capture_output=True, text=True)
     if not out.exists():
         raise SystemExit(f"the Faust child exited {proc.returncode} without a result:\n{proc.stderr[-3000:]}")
@@ -120,12 +143,13 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--route", default="agent", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if not args.bootstrap:
         raise SystemExit("--bootstrap (or REWARDFLOW_KAFKA_BOOTSTRAP) is required: start one with "
                          "`rewardflow kafka up`")
     if args.child:
-        child(args.bootstrap, args.topic, args.records, Path(args.out))
+        child(args.bootstrap, args.topic, args.records, Path(args.out), args.route)
         return
     records, _, sizes, _ = make_records(args.events, args.sessions_per_hour, args.batch_window_ms, args.seed)
     print(f"{args.events:,} events in {len(records):,} records ({args.events / len(records):.2f} events/record)")
@@ -137,19 +161,23 @@ def main() -> None:
             fut.result(timeout=30)
         produce(args.bootstrap, topic, records)
         faust_run = run_faust(args.bootstrap, topic, len(records), args.timeout)
+        bulk_run = run_faust(args.bootstrap, topic, len(records), args.timeout, route="bulk")
         floor_s, floor_events = run_floor(args.bootstrap, topic, args.partitions, len(records))
         assert floor_events == args.events, (floor_events, args.events)
         load = os.getloadavg()[0]
         run = {"faust_records_s": len(records) / faust_run["seconds"], "faust_events_s": args.events / faust_run["seconds"],
                "faust_us_per_record": faust_run["seconds"] / len(records) * 1e6, "faust_batches": faust_run["batches"],
                "floor_records_s": len(records) / floor_s, "floor_events_s": args.events / floor_s,
-               "floor_us_per_record": floor_s / len(records) * 1e6, "load": round(load, 2)}
+               "floor_us_per_record": floor_s / len(records) * 1e6, "load": round(load, 2),
+               "bulk_records_s": len(records) / bulk_run["seconds"], "bulk_events_s": args.events / bulk_run["seconds"],
+               "bulk_us_per_record": bulk_run["seconds"] / len(records) * 1e6}
         run["ratio"] = run["faust_records_s"] / run["floor_records_s"]
         runs.append(run)
         print(f"  run {i + 1}: Faust's path {run['faust_records_s']:,.0f} records/s = {run['faust_events_s']:,.0f} "
               f"events/s ({run['faust_us_per_record']:.0f} µs/record, {faust_run['batches']} batches); floor "
               f"{run['floor_records_s']:,.0f} records/s ({run['floor_us_per_record']:.0f} µs/record); ratio "
-              f"{run['ratio']:.2f}; load {load:.1f}")
+              f"{run['ratio']:.2f}; bulk route {run['bulk_records_s']:,.0f} records/s ({run['bulk_us_per_record']:.0f} "
+              f"µs/record); load {load:.1f}")
         for fut in admin.delete_topics([topic]).values():
             fut.result(timeout=30)
     summary = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
