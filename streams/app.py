@@ -1,18 +1,17 @@
 """The Faust worker: raw client records in, rewards/windows/dead letters out.
 
-The agent is a thin shell over :class:`rewardflow.core.processor.PartitionProcessor`.
-It takes raw records in batches (``worker_batch_records`` or ``worker_batch_s``,
-whichever comes first), hands each partition's share to ``process_batch`` and
-sends the returned rows. All domain logic (validation, dedup, join, reward,
+The worker is a thin shell over :class:`rewardflow.core.processor.PartitionProcessor`.
+It takes the raw records of each consumer fetch (up to ``worker_batch_records``) as one batch
+(:mod:`rewardflow_streams.bulk`, past Faust's per-record delivery; the agent only keeps the raw
+topic subscribed), hands each partition's share to ``process_batch`` and sends the returned rows. All domain logic (validation, dedup, join, reward,
 windows) lives in the core; batching changes no decision, only how often state
 is written (once per batch) and how many output records are sent.
 
-Delivery: at-least-once, agent concurrency 1 (faust #606). Output rows and
-changelog writes go through a librdkafka producer (:mod:`rewardflow_streams.sender`);
-the agent awaits their acknowledgement before Faust may ack the batch, so a
-committed offset implies its outputs and state are in Kafka.
-An unexpected exception in the core, or a refused output send, stops the
-process (exit 70) instead of letting Faust ack the batch. Records Faust's
+Delivery: at-least-once, one batch at a time. Output rows and changelog writes go through a
+librdkafka producer (:mod:`rewardflow_streams.sender`); the worker awaits their acknowledgement
+before it acks the batch's records, so a committed offset implies its outputs and state are in
+Kafka. An unexpected exception in the core, or a refused output send, stops the process (exit 70)
+without acking the batch. Records Faust's
 consumer never delivered are read again (:mod:`rewardflow_streams.gaps`).
 Output rows are split into records of at most ``max_record_bytes`` (at most
 1 MB); dead letters may reach the dead-letter topic's larger limit, so a
@@ -55,6 +54,7 @@ from rewardflow.kafka.provision import changelog_topic, dead_letter_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
+from rewardflow_streams import bulk
 from rewardflow_streams.commits import CommitLedger
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
@@ -112,6 +112,7 @@ class JoinWorker:
             stream_wait_empty=False,
             table_standby_replicas=settings.table_standby_replicas,
             broker_commit_interval=1.0,
+            broker_max_poll_records=settings.worker_batch_records,  # a fetch is one batch (bulk.py)
             broker_session_timeout=settings.group_session_timeout_s,
             broker_heartbeat_interval=min(3.0, settings.group_session_timeout_s / 3),
             TableManager=CommitLedger,  # records only the commits the broker confirmed
@@ -145,6 +146,8 @@ class JoinWorker:
         self._out_limit = min(settings.max_record_bytes, _MAX_OUTPUT_RECORD)
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
+        self._clock = time.perf_counter()  # the end of the last batch (the "wait" stage runs from it)
+        bulk.install(self.app.consumer, self.raw_topic.get_topic_name(), self._handle)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
         self._progress: dict[int, float] = {}  # raw partition -> when a record of it was last processed
@@ -160,32 +163,49 @@ class JoinWorker:
 
     # ------------------------------------------------------------------ agent
     async def _agent(self, stream: Any) -> None:
-        s, timed = self.settings, self.metrics.time
+        """Set up at start; then wait. The agent keeps the raw topic subscribed with acks enabled, but
+        its records reach :meth:`_handle` through :mod:`rewardflow_streams.bulk`, never the stream."""
         self.faults.install(self.app.consumer, self.raw_topic.get_topic_name(), changelog_topic(self.settings))
         self.faults.crash(self.app)
         if self._watching is None:  # Faust starts its timers only after a recovery: this one must run during it
             self._watching = asyncio.ensure_future(self._recovery_loop())
-        clock = time.perf_counter()
-        async for events in stream.take_events(s.worker_batch_records, within=s.worker_batch_s):
-            start = time.perf_counter()
-            timed("wait", start - clock)
-            by_partition: dict[int, list[Any]] = {}
-            for event in events:
-                if self.faults.skip_raw and self.faults.skipped(event.message):
-                    continue
-                by_partition.setdefault(event.message.partition, []).append(event.message)
-            self._progress.update(dict.fromkeys(by_partition, time.monotonic()))  # per partition, not per event
-            done = []
-            for partition, msgs in by_partition.items():
-                result = await self._process(partition, msgs)
-                if result is not None:
-                    done.append(result)
-            mark = time.perf_counter()
-            await self._confirm(done)
-            clock = time.perf_counter()
-            timed("confirm", clock - mark)
-            if _DEBUG_BATCHES:
-                log.warning("stage seconds so far: %s", {k: round(v, 3) for k, v in self.metrics.stage_seconds.items()})
+        async for event in stream:  # pragma: no cover - a raw record on Faust's route would be acked unprocessed
+            log.error("a raw record reached the agent's stream (%s[%d]@%d) instead of the bulk route; exiting "
+                      "without commit", event.message.topic, event.message.partition, event.message.offset)
+            os._exit(70)
+
+    async def _handle(self, messages: list[Any]) -> None:
+        """Process one fetch's raw records (each partition's share in offset order), then ack them.
+
+        The acks come only after the outputs and state writes of the batch are confirmed, so a
+        committed offset implies both are in Kafka. Records the gap guard read directly are not
+        acked (Faust learns of them through its gap intervals), nor are stale ones (:meth:`_current`).
+        """
+        timed = self.metrics.time
+        start = time.perf_counter()
+        timed("wait", start - self._clock)
+        by_partition: dict[int, list[Any]] = {}
+        for m in messages:
+            if self.faults.skip_raw and self.faults.skipped(m):
+                continue  # as if Faust never delivered it: not acked, so the gap guard must read it again
+            by_partition.setdefault(m.partition, []).append(m)
+        self._progress.update(dict.fromkeys(by_partition, time.monotonic()))  # per partition, not per record
+        done = []
+        for partition, msgs in by_partition.items():
+            result = await self._process(partition, msgs)
+            if result is not None:
+                done.append(result)
+        mark = time.perf_counter()
+        await self._confirm(done)
+        fetched, ack = set(map(id, messages)), self.app.consumer.ack
+        for msgs, _ in done:
+            for m in msgs:
+                if id(m) in fetched:
+                    ack(m)
+        self._clock = time.perf_counter()
+        timed("confirm", self._clock - mark)
+        if _DEBUG_BATCHES:
+            log.warning("stage seconds so far: %s", {k: round(v, 3) for k, v in self.metrics.stage_seconds.items()})
 
     async def _confirm(self, done: list[tuple[list[Any], Outputs]]) -> None:
         """Wait for the batch's outputs and state writes to be acknowledged, then count what is kept.
