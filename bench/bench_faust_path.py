@@ -1,21 +1,23 @@
-"""The ceiling Faust's per-record path sets on a stream worker, at the SDK's record shape. Not a test.
+"""What Faust's record delivery costs a stream worker, at the SDK's record shape. Not a test.
 
 For each run, on a fresh raw topic:
 
 1. untimed: the end-to-end benchmark's workload (``bench_e2e.make_records``: simulated sessions, a
    session's events due within ``--batch-window-ms`` in one Avro record, ~1.3 events/record at the
    default 1 s) is produced, idempotently;
-2. faust: a child process runs a Faust app with the worker's consumer settings and one agent that
-   takes the records as the worker's does (``stream.take_events(worker_batch_records,
-   within=worker_batch_s)``, concurrency 1, acked by Faust) and does nothing else with them: no
-   decoding, no state, no outputs. Timed from the first batch to the last record;
-3. floor: a plain confluent-kafka consumer reads the same topic from the start and decodes every
+2. agent route: a child process runs a Faust app with one agent taking the records as a Faust
+   agent does (``stream.take_events(1000, within=0.1)``, concurrency 1, acked by Faust) and doing
+   nothing else with them: no decoding, no state, no outputs. Timed from the first batch to the
+   last record;
+3. bulk route: the same app with the consumer's fetch loop replaced, as the worker's is
+   (``streams/bulk.py``): each fetch's records are one batch, acked, past the conductor, the
+   channel queue and the stream;
+4. floor: a plain confluent-kafka consumer reads the same topic from the start and decodes every
    record (``decode_record``: fastavro), timed from the first record to the last.
 
-What the worker does beyond Faust's path (the core, the state writes, the output sends) only adds
-to the Faust figure, so a worker at this shape can never process more records per second than it.
-Prints records/s and events/s of both, the ratio, the time per record of each, and writes
-``bench/results/faust_path.json``.
+Whatever a worker does beyond the route (the core, state writes, output sends) only adds to it,
+so the route's records/s is a ceiling for a worker at that shape. Prints records/s and events/s,
+the ratio to the floor and the time per record of each, and writes ``bench/results/faust_path.json``.
 
     python bench/bench_faust_path.py --bootstrap HOST:PORT [--events 100000] [--runs 3] [--partitions 4]
 """
@@ -41,7 +43,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench_e2e import make_records  # noqa: E402 - the benches run as scripts from bench/
 from bench_stream import produce
 from rewardflow.events.wire import decode_record
-from rewardflow.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,19 +50,17 @@ HERE = Path(__file__).resolve().parent
 def child(bootstrap: str, topic: str, records: int, out: Path, route: str) -> None:
     """Run the Faust app until ``records`` records went through the agent; write the timing to ``out``.
 
-    ``route="bulk"`` (a measurement of a lever, not what the worker does) replaces the consumer's
-    fetch loop with one that takes each fetch's records as one batch and acks them, so they skip
-    the conductor, the channel queue and the stream; the agent stays only to subscribe the topic.
+    ``route="bulk"`` replaces the consumer's fetch loop with one that takes each fetch's records as
+    one batch and acks them: the worker's route (``streams/bulk.py``); the agent stays only to
+    subscribe the topic.
     """
-    import asyncio
     import signal
 
     import faust
 
-    settings = Settings(kafka_bootstrap=bootstrap)
     app = faust.App(f"faustpath-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}", store="memory://",
                     web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",
-                    stream_wait_empty=False, broker_commit_interval=1.0,
+                    stream_wait_empty=False, broker_commit_interval=1.0, broker_max_poll_records=1000,
                     datadir=tempfile.mkdtemp(prefix="faustpath-"))
     raw = app.topic(topic, key_serializer="raw", value_serializer="raw")
     seen = {"n": 0, "first": 0.0, "last": 0.0, "batches": 0}
@@ -78,22 +77,20 @@ def child(bootstrap: str, topic: str, records: int, out: Path, route: str) -> No
 
     @app.agent(raw, concurrency=1)
     async def count(stream: Any) -> None:
-        async for events in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_s):
+        async for events in stream.take_events(1000, within=0.1):
             took(len(events))
 
     if route == "bulk":
+        from rewardflow_streams import bulk
+
         consumer = app.consumer
 
-        async def bulk_drain(fetcher: Any) -> None:
-            while not (consumer.should_stop or fetcher.should_stop):
-                batch = [message async for _, message in consumer.getmany(timeout=1.0)]
-                await asyncio.sleep(0)
-                if batch:
-                    took(len(batch))
-                    for message in batch:
-                        consumer.ack(message)
+        async def handle(batch: list[Any]) -> None:
+            took(len(batch))
+            for message in batch:
+                consumer.ack(message)
 
-        consumer._drain_messages = bulk_drain
+        bulk.install(consumer, topic, handle)
 
     faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False).execute_from_commandline()
 
@@ -181,8 +178,9 @@ def main() -> None:
         for fut in admin.delete_topics([topic]).values():
             fut.result(timeout=30)
     summary = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"median: Faust's path {summary['faust_events_s']:,.0f} events/s at {args.events / len(records):.2f} "
-          f"events/record ({summary['faust_us_per_record']:.0f} µs/record): no worker at this shape goes faster")
+    print(f"median at {args.events / len(records):.2f} events/record: agent route {summary['faust_events_s']:,.0f} "
+          f"events/s ({summary['faust_us_per_record']:.0f} µs/record), bulk route {summary['bulk_events_s']:,.0f} "
+          f"events/s ({summary['bulk_us_per_record']:.0f} µs/record)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
         "events": args.events, "records": len(records), "events_per_record": args.events / len(records),
