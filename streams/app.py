@@ -56,6 +56,7 @@ from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
 from rewardflow_streams import bulk
 from rewardflow_streams.commits import CommitLedger
+from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
@@ -92,7 +93,7 @@ class JoinWorker:
             settings.topic("worker"),
             datadir=str(datadir / settings.topic("worker")),
             broker=f"kafka://{settings.kafka_bootstrap}",
-            broker_credentials=_credentials(settings),
+            broker_credentials=faust_credentials(settings),
             store="memory://",
             topic_partitions=settings.partitions,
             topic_replication_factor=settings.topic_replication_factor,
@@ -496,22 +497,3 @@ def _record_ms(msg: Any) -> int | None:
     """A message's broker timestamp in ms (Faust gives seconds); the raw topic stamps LogAppendTime."""
     ts = msg.timestamp
     return None if ts is None else round(ts * 1000)
-
-
-def _credentials(s: Settings) -> Any:
-    if s.kafka_security_protocol.startswith("SASL") and s.kafka_sasl_password is not None:
-        # without an ssl_context Faust speaks SASL_PLAINTEXT, even when SASL_SSL is configured
-        return faust.SASLCredentials(
-            username=s.kafka_sasl_username, password=s.kafka_sasl_password.get_secret_value(),
-            mechanism=s.kafka_sasl_mechanism,
-            ssl_context=_tls_context(s) if s.kafka_security_protocol == "SASL_SSL" else None,
-        )
-    if s.kafka_security_protocol == "SSL":
-        return faust.SSLCredentials(_tls_context(s))
-    return None
-
-
-def _tls_context(s: Settings) -> Any:
-    import ssl
-
-    return ssl.create_default_context(cafile=str(s.kafka_ssl_cafile) if s.kafka_ssl_cafile else None)
