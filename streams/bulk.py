@@ -1,9 +1,9 @@
 """The raw topic's records, taken from Faust's consumer one fetch at a time.
 
 Faust hands each fetched record through its conductor, a channel queue, a stream and an event,
-awaiting two tasks a record (``Service.wait_first``): about 85 µs a record here, a ceiling of
-about 12k records/s per worker before any work is done (``bench/bench_faust_path.py``, whose
-bulk route takes 8-9 µs a record). :func:`drain` replaces the consumer's fetch loop: the raw
+awaiting two tasks a record (``Service.wait_first``): at the SDK's record shape that alone caps a
+worker far below its target (``bench/bench_faust_path.py`` times both routes; figures in
+``bench/README.md``). :func:`drain` replaces the consumer's fetch loop: the raw
 topic's records of each fetch go to the worker as one batch; every other topic's records (the
 changelog, during a recovery) take Faust's own route, unchanged. Faust keeps the consumer group,
 the subscription (the worker's agent stays subscribed to the raw topic and receives nothing),
