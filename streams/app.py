@@ -3,9 +3,10 @@
 The worker is a thin shell over :class:`rewardflow.core.processor.PartitionProcessor`.
 It takes the raw records of each consumer fetch (up to ``worker_batch_records``) as one batch
 (:mod:`rewardflow_streams.bulk`, past Faust's per-record delivery; the agent only keeps the raw
-topic subscribed), hands each partition's share to ``process_batch`` and sends the returned rows. All domain logic (validation, dedup, join, reward,
-windows) lives in the core; batching changes no decision, only how often state
-is written (once per batch) and how many output records are sent.
+topic subscribed), hands each partition's share to ``process_batch`` and sends the returned
+rows. All domain logic (validation, dedup, join, reward, windows) lives in the core; batching
+changes no decision, only how often state is written (once per batch) and how many output
+records are sent.
 
 Delivery: at-least-once, one batch at a time. Output rows and changelog writes go through a
 librdkafka producer (:mod:`rewardflow_streams.sender`); the worker awaits their acknowledgement
