@@ -69,8 +69,10 @@ def test_prune_equals_the_plain_definition_and_keeps_order(s: SessionState, wm: 
 def test_next_wake_is_the_earliest_need(s: SessionState, deadlines: list[int], dedup: int, keep: int,
                                         step: int) -> None:
     cands = list(deadlines)
-    if s.seen:
-        cands.append(min(v[0] for v in s.seen.values()) + dedup)
+    floor = min(v[0] for v in s.seen.values()) if s.seen else None
+    pins = [t.first_ts for t in s.turns.values()] + [t.first_ts for t in s.done.values() if t.first_ts is not None]
+    if floor is not None and all(p > floor for p in pins):  # else an open turn or tombstone keeps every id
+        cands.append(floor + dedup)
     if s.done:
         cands.append(min(t.wm for t in s.done.values()) + max(keep, step))
     assert s.next_wake(deadlines, dedup, keep, step) == (min(cands) if cands else None)

@@ -323,7 +323,16 @@ class PartitionProcessor:
 
     def _settle_due(self, offset: int, by: str, cache: dict[str, SessionState], touched: list[str],
                     out: Outputs) -> None:
-        due = list(dict.fromkeys(touched))
+        """Settle the sessions whose wake-up the watermark reached: a touched session (its turn may now
+        be due, or its pruning) first, then the heap's, in wake-up order. A touched session that is
+        not due is only rescheduled: settling it would change nothing but its pruning time."""
+        due: list[str] = []
+        for sid in dict.fromkeys(touched):
+            t = self._wake_at(cache[sid])
+            if t is not None and t <= self.wm:
+                due.append(sid)
+            else:
+                self._push(sid, t)
         seen = set(due)
         while self._heap and self._heap[0][0] <= self.wm:
             t, sid = heapq.heappop(self._heap)
@@ -366,7 +375,7 @@ class PartitionProcessor:
             elif cfg.provisional and turn.served is not None:
                 reached = [h for h in hz[:-1] if anchor + h * 1000 + cfg.grace_ms <= wm]
                 if reached and reached[-1] > turn.provisional_h:
-                    turn.provisional_h = reached[-1]
+                    turn.note_provisional(reached[-1])
                     o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
                     out.rewards.extend(score(o, s, h) for s, h in self._scored)
         st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
@@ -385,19 +394,32 @@ class PartitionProcessor:
             out.append(nxt)
         return out
 
+    def _wake_at(self, st: SessionState) -> int | None:
+        """The earliest watermark at which the session needs settling or pruning, or None."""
+        cfg = self.cfg
+        t = st.next_wake(self._deadlines(st), cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+        if st.held:  # held tombstones go at a prune once the commit passed them
+            t = self.wm if t is None else min(t, self.wm)
+        return t
+
     def _schedule(self, st: SessionState) -> None:
+        """Schedule a session just settled: a prune-only wake-up it already passed (tombstones whose
+        windows are open, held ones not committed yet) is looked at again one window later."""
         cfg = self.cfg
         t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
-        if st.held:  # held tombstones go at a prune once the commit passed them: look again later
+        if st.held:
             t = self.wm if t is None else min(t, self.wm)
-        if t is not None and t <= self.wm:  # blocked tombstones: look again one window later
+        if t is not None and t <= self.wm:
             t = self.wm + min(cfg.window_sizes_s) * 1000
         t = min([*self._deadlines(st), *([] if t is None else [t])], default=None)  # deadlines are never postponed
+        self._push(st.session_id, t)
+
+    def _push(self, sid: str, t: int | None) -> None:
         if t is None:
-            self._wake.pop(st.session_id, None)
-        elif self._wake.get(st.session_id) != t:
-            self._wake[st.session_id] = t
-            heapq.heappush(self._heap, (t, st.session_id))
+            self._wake.pop(sid, None)
+        elif self._wake.get(sid) != t:
+            self._wake[sid] = t
+            heapq.heappush(self._heap, (t, sid))
 
     def _close_windows(self, offset: int, out: Outputs) -> None:
         limit = self.wm - self.cfg.settle_ms

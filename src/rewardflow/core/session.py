@@ -1,8 +1,8 @@
 """State of one session on one partition: open turns, seen event ids, tombstones.
 
 A session's state is the unit of persistence: the stream shell stores it under
-key ``s:<session_id>`` in a changelog-backed table, one write per touched
-session per record. Keeping all turns of a session together is what amortises
+key ``s:<session_id>`` in a changelog-backed table, one write per session a
+batch of records touched or settled. Keeping all turns of a session together is what amortises
 the per-write cost (a session's events travel in one Kafka record).
 
 * ``seen``: ``event_id -> [ts, offset, index]`` — deduplicates client resends
@@ -21,8 +21,8 @@ the per-write cost (a session's events travel in one Kafka record).
 
 Contract: pure, JSON-able through :meth:`to_obj` / :meth:`from_obj`;
 :meth:`to_json` gives the bytes of ``to_obj()`` as stores write them, re-encoding
-``seen`` and ``done`` only when they changed since the last call (a session is
-rewritten at every wake-up, mostly with both unchanged).
+a turn, ``seen`` or ``done`` only when it changed since the last call (a session is
+rewritten whole, mostly with all but one turn unchanged).
 """
 
 from __future__ import annotations
@@ -204,12 +204,19 @@ class SessionState:
                 self._seen_json = None
 
     def next_wake(self, deadlines: list[int], dedup_ms: int, keep_done_ms: int, step_ms: int) -> int | None:
-        """Earliest event time at which this session needs attention, or None."""
+        """Earliest event time at which this session needs attention, or None.
+
+        Seen ids count only while the oldest is older than every open turn and kept tombstone
+        (:meth:`prune` keeps the ids of those whatever the watermark): until one of them goes,
+        which is a wake-up of its own, no watermark can prune an id.
+        """
         best = min(deadlines) if deadlines else None
         if self.seen:
-            t = self.seen_floor() + dedup_ms
-            if best is None or t < best:
-                best = t
+            floor = self.seen_floor()
+            if self._seen_unpinned(floor):
+                t = floor + dedup_ms
+                if best is None or t < best:
+                    best = t
         if self.done:
             oldest = min([t.wm for t in self.done.values()])
             t = oldest + (keep_done_ms if keep_done_ms >= step_ms else step_ms)
@@ -217,11 +224,24 @@ class SessionState:
                 best = t
         return best
 
+    def _seen_unpinned(self, floor: int) -> bool:
+        """Whether no open turn or kept tombstone began at or before ``floor`` (see :meth:`prune`)."""
+        for turn in self.turns.values():
+            if turn.first_ts <= floor:
+                return False
+        for t in self.done.values():
+            if t.first_ts is not None and t.first_ts <= floor:
+                return False
+        for _, t in self.held.values():
+            if t.first_ts is not None and t.first_ts <= floor:
+                return False
+        return True
+
     def to_obj(self) -> list[Any]:
         obj = [
             self.session_id,
             self.partition,
-            [t.to_obj() for t in self.turns.values()],
+            [t.encoded()[0] for t in self.turns.values()],
             self.seen,
             {k: t.to_obj() for k, t in self.done.items()},
             self.seen_floor() if self.seen else None,
@@ -234,7 +254,8 @@ class SessionState:
         """``orjson.dumps(obj, option=JSON_OPTS)`` byte for byte, where ``obj`` is :meth:`to_obj`'s
         value now (pass it when already made).
 
-        ``seen`` and ``done`` keep their last encoding: unchanged, it is reused; grown by new keys
+        Each turn keeps its encoding until it changes (:meth:`TurnState.encoded`). ``seen`` and
+        ``done`` keep their last encoding: unchanged, it is reused; grown by new keys
         (dicts keep insertion order, so they are at the end), only those are encoded and appended.
         Every other change must go through :meth:`note_seen`, :meth:`finalise` (which drop the
         encoding when they overwrite a key) or :meth:`prune` (which replaces the dicts); as a guard,
@@ -244,9 +265,10 @@ class SessionState:
             obj = self.to_obj()
         s = self._seen_json = _encoded(self._seen_json, self.seen, self.seen)
         d = self._done_json = _encoded(self._done_json, self.done, obj[4])
-        head = orjson.dumps(obj[:3], option=JSON_OPTS)  # '[sid,partition,[turns]]'
+        head = orjson.dumps(obj[:2], option=JSON_OPTS)  # '[sid,partition]'
+        turns = b",".join([t.encoded()[1] for t in self.turns.values()])
         tail = orjson.dumps(obj[5:], option=JSON_OPTS)  # '[seen_floor]' or '[seen_floor,{held}]'
-        return b"".join((head[:-1], b",", s[2], b",", d[2], b",", tail[1:]))
+        return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", tail[1:]))
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> SessionState:

@@ -15,6 +15,9 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from rewardflow.core.config import JSON_OPTS
 from rewardflow.events.models import (
     AgentEdit,
     ClarifyingQuestion,
@@ -101,6 +104,8 @@ class TurnState:
     provisional_h: int = 0  # last horizon a provisional outcome was emitted for
     n: int = 0  # events applied (the session limits count them)
     _anchor: int | None = field(default=None, compare=False, repr=False)  # anchor(), until apply() changes it
+    # (to_obj(), its orjson bytes) until apply() or a new provisional horizon changes the turn
+    _enc: tuple[list[Any], bytes] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def start(cls, event: Envelope) -> TurnState:
@@ -121,7 +126,7 @@ class TurnState:
         """Fold one validated event into the turn. Order-independent."""
         ts = ev.ts
         self.n += 1
-        self._anchor = None
+        self._anchor = self._enc = None
         if ts < self.first_ts:
             self.first_ts = ts
         kind = _KIND.get(type(ev)) or _kind_of(type(ev))
@@ -204,10 +209,26 @@ class TurnState:
             horizon_s=horizon_s, provisional=provisional, finalised_wm=wm, finalised_by=by,
         )
 
+    def note_provisional(self, horizon_s: int) -> None:
+        """Record that a provisional outcome was emitted up to ``horizon_s``."""
+        self.provisional_h = horizon_s
+        self._enc = None
+
     def to_obj(self) -> list[Any]:
-        checks = {e: {str(h): v for h, v in hs.items()} for e, hs in self.checks.items()} if self.checks else {}
-        return [self.request_id, self.session_id, self.org_id, self.first_ts, self.served,
-                self.edits, checks, self.counts, self.provisional_h, self.n]
+        return self.encoded()[0]
+
+    def encoded(self) -> tuple[list[Any], bytes]:
+        """:meth:`to_obj`'s value and ``orjson.dumps`` of it (``JSON_OPTS``), kept until the turn changes:
+        a session's state is rewritten whole, mostly with its other turns unchanged. Every change
+        goes through :meth:`apply` or :meth:`note_provisional`. The value shares the turn's maps:
+        treat it as read-only."""
+        enc = self._enc
+        if enc is None:
+            checks = {e: {str(h): v for h, v in hs.items()} for e, hs in self.checks.items()} if self.checks else {}
+            obj = [self.request_id, self.session_id, self.org_id, self.first_ts, self.served,
+                   self.edits, checks, self.counts, self.provisional_h, self.n]
+            enc = self._enc = (obj, orjson.dumps(obj, option=JSON_OPTS))
+        return enc
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> TurnState:
