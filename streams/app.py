@@ -8,10 +8,10 @@ rows. All domain logic (validation, dedup, join, reward, windows) lives in the c
 changes no decision, only how often state is written (once per batch) and how many output
 records are sent.
 
-Delivery: at-least-once, one batch at a time. Output rows and changelog writes go through a
-librdkafka producer (:mod:`rewardflow_streams.sender`); the worker awaits their acknowledgement
-before it acks the batch's records, so a committed offset implies its outputs and state are in
-Kafka. An unexpected exception in the core, or a refused output send, stops the process (exit 70)
+Delivery: at-least-once. Output rows and changelog writes go through a librdkafka producer
+(:mod:`rewardflow_streams.sender`); a batch's records are acked only once those of the batch are
+acknowledged, so a committed offset implies its outputs and state are in Kafka. The next batch
+is processed while they are in flight (one batch at most). An unexpected exception in the core, or a refused output send, stops the process (exit 70)
 without acking the batch. Records Faust's
 consumer never delivered are read again (:mod:`rewardflow_streams.gaps`).
 Output rows are split into records of at most ``max_record_bytes`` (at most
@@ -44,7 +44,6 @@ import time
 from typing import Any, cast
 
 import faust
-import orjson
 
 from rewardflow.kafka import topics as T
 from rewardflow.core.config import JoinConfig
@@ -56,17 +55,16 @@ from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
 from rewardflow_streams import bulk
-from rewardflow_streams.commits import CommitLedger
+from rewardflow_streams.commits import CommitLedger, group_offsets
 from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot, stalled_processing
-from rewardflow_streams.sender import OutputSender, SendFailed, chunks
+from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
 
 log = logging.getLogger("rewardflow.streams")
-_JSON = orjson.OPT_NON_STR_KEYS
 _TICK_HEADERS = dict(TICK_HEADERS)
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
@@ -149,6 +147,7 @@ class JoinWorker:
         self._dead_limit = dead_letter_record_limit(settings)
         self.app.agent(self.raw_topic, name="join", concurrency=1)(self._agent)
         self._clock = time.perf_counter()  # the end of the last batch (the "wait" stage runs from it)
+        self._confirming: asyncio.Future[None] | None = None  # the acks of the batch last sent
         bulk.install(self.app.consumer, self.raw_topic.get_topic_name(), self._handle)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
@@ -177,11 +176,12 @@ class JoinWorker:
             os._exit(70)
 
     async def _handle(self, messages: list[Any]) -> None:
-        """Process one fetch's raw records (each partition's share in offset order), then ack them.
+        """Process one fetch's raw records (each partition's share in offset order) and send the results.
 
-        The acks come only after the outputs and state writes of the batch are confirmed, so a
-        committed offset implies both are in Kafka. Records the gap guard read directly are not
-        acked (Faust learns of them through its gap intervals), nor are stale ones (:meth:`_current`).
+        The batch's records are acked (:meth:`_ack`) once its outputs and state writes are confirmed,
+        so a committed offset implies both are in Kafka; the next batch is processed meanwhile, and
+        returns only once this one is acked. Records the gap guard read directly are not acked (Faust
+        learns of them through its gap intervals), nor are stale ones (:meth:`_current`).
         """
         timed = self.metrics.time
         start = time.perf_counter()
@@ -197,26 +197,41 @@ class JoinWorker:
             result = await self._process(partition, msgs)
             if result is not None:
                 done.append(result)
+        number = self.sender.mark()
+        previous, self._confirming = self._confirming, asyncio.ensure_future(self._ack(number, done, messages))
         mark = time.perf_counter()
-        await self._confirm(done)
-        fetched, ack = set(map(id, messages)), self.app.consumer.ack
-        for msgs, _ in done:
-            for m in msgs:
-                if id(m) in fetched:
-                    ack(m)
+        if previous is not None:  # one batch in flight while the next is processed, never more
+            await previous
         self._clock = time.perf_counter()
         timed("confirm", self._clock - mark)
         if _DEBUG_BATCHES:
             log.warning("stage seconds so far: %s", {k: round(v, 3) for k, v in self.metrics.stage_seconds.items()})
 
-    async def _confirm(self, done: list[tuple[list[Any], Outputs]]) -> None:
-        """Wait for the batch's outputs and state writes to be acknowledged, then count what is kept.
+    async def _ack(self, number: int, done: list[tuple[list[Any], Outputs]], messages: list[Any]) -> None:
+        """Once batch ``number``'s outputs and state writes are acknowledged, ack its fetched messages.
 
-        Faust acks the batch when the agent's iteration ends, so this must return only once the
-        sender has confirmed everything; a failure exits without commit (the batch is replayed).
+        Runs while the next batch is processed. Anything but a send failure here is a bug: the worker
+        exits without commit rather than leave the batch neither acked nor replayed.
         """
         try:
-            await self.sender.confirm()
+            await self._confirm(done, number)
+            fetched, ack = set(map(id, messages)), self.app.consumer.ack
+            for msgs, _ in done:
+                for m in msgs:
+                    if id(m) in fetched:
+                        ack(m)
+        except Exception:
+            log.exception("acking a confirmed batch failed; exiting without commit")
+            os._exit(70)
+
+    async def _confirm(self, done: list[tuple[list[Any], Outputs]], number: int) -> None:
+        """Wait for batch ``number``'s outputs and state writes to be acknowledged, then count what is kept.
+
+        Faust commits only acked messages, so the batch is acked only after this returns; a failure
+        exits without commit (the batch is replayed).
+        """
+        try:
+            await self.sender.confirm(number)
         except SendFailed:
             log.exception("the outputs or state writes of a batch were not acknowledged; exiting without commit")
             os._exit(70)
@@ -274,22 +289,12 @@ class JoinWorker:
         return max(known) if known else None
 
     def _broker_committed(self, tps: list[Any]) -> dict[Any, int | None]:
-        """The worker group's committed offsets of ``tps`` (one blocking admin request; None: none
-        committed; every one None when the broker cannot say)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        """The worker group's committed offsets of ``tps`` (:func:`~rewardflow_streams.commits.group_offsets`)."""
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
             self._admin = AdminClient(self.settings.kafka_client_config())
-        req = ConsumerGroupTopicPartitions(self.app.conf.id, [TopicPartition(tp.topic, tp.partition) for tp in tps])
-        try:
-            res = self._admin.list_consumer_group_offsets([req])[self.app.conf.id].result(timeout=10)
-        except Exception:  # noqa: BLE001 - unknown: start from the log start, which only widens the check
-            log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
-            return dict.fromkeys(tps)
-        got = {(r.topic, r.partition): r.offset for r in res.topic_partitions}
-        offsets = {tp: got.get((tp.topic, tp.partition), -1) for tp in tps}
-        return {tp: off if off >= 0 else None for tp, off in offsets.items()}
+        return group_offsets(self._admin, self.app.conf.id, tps)
 
     def _current(self, msgs: list[Any]) -> bool:
         """Whether these messages may be processed now: fetched under the current consumer generation,
@@ -317,13 +322,7 @@ class JoinWorker:
                  (T.LATE, out.late), (T.EXCLUSIONS, out.excluded), (T.WINDOWS, out.windows))
         for name, rows in sends:
             limit = self._dead_limit if name == T.DEADLETTERS else self._out_limit
-            topic = self.out_names[name]
-            try:  # plain str keys encode twice as fast; the maps of rewards and windows have int keys
-                values = list(chunks(rows, limit, 0 if name == T.VALID else _JSON))
-            except orjson.JSONEncodeError:
-                values = list(chunks(rows, limit, _JSON))
-            for value in values:
-                self.sender.send(topic, value, key)
+            self.sender.send_rows(self.out_names[name], rows, limit, key, str_keys=name == T.VALID)
 
     def _processor(self, partition: int) -> PartitionProcessor:
         proc = self.processors.get(partition)

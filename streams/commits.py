@@ -19,15 +19,19 @@ Faust calls ``TableManager.on_commit`` only after a successful commit, so
 the confirmed offsets. Contract: :attr:`CommitLedger.confirmed` maps a source
 partition to the highest offset (next offset to read) the broker acknowledged
 for this worker's group; it only grows, and holds nothing for a partition this
-process never committed.
+process never committed. :func:`group_offsets` asks the broker for the group's
+committed offsets (at an assignment, before anything is committed here).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from typing import Any
 
 from faust.tables import TableManager
+
+log = logging.getLogger("rewardflow.streams")
 
 
 class CommitLedger(TableManager):
@@ -46,3 +50,20 @@ class CommitLedger(TableManager):
             if tp in assigned and offset is not None and offset > self.confirmed.get(tp, -1):
                 self.confirmed[tp] = offset
 
+
+
+def group_offsets(admin: Any, group: str, tps: list[Any]) -> dict[Any, int | None]:
+    """The committed offsets of ``group`` for ``tps`` (Faust ``TP``s), by one blocking admin request
+    over ``admin`` (a confluent-kafka ``AdminClient``). None: nothing committed; every one None when the
+    broker cannot say (a replay check then starts from the log start, which only widens it)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(tp.topic, tp.partition) for tp in tps])
+    try:
+        res = admin.list_consumer_group_offsets([req])[group].result(timeout=10)
+    except Exception:  # noqa: BLE001 - unknown
+        log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
+        return dict.fromkeys(tps)
+    got = {(r.topic, r.partition): r.offset for r in res.topic_partitions}
+    offsets = {tp: got.get((tp.topic, tp.partition), -1) for tp in tps}
+    return {tp: off if off >= 0 else None for tp, off in offsets.items()}

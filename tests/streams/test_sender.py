@@ -95,6 +95,25 @@ def test_confirm_raises_for_a_record_the_topic_refuses(kafka_broker: Any, unique
     sender.close(1)
 
 
+@pytest.mark.kafka
+def test_a_batch_is_confirmed_while_a_later_one_is_still_undelivered(kafka_broker: Any, unique_topic: Any) -> None:
+    ok, missing = unique_topic("ok"), f"missing-{uuid.uuid4().hex}"
+    # a topic that does not exist, and may not be created: its record waits until it times out
+    sender = OutputSender({"bootstrap.servers": kafka_broker.bootstrap, "message.timeout.ms": 8_000,
+                           "allow.auto.create.topics": False}, max_message_bytes=1_000_000, client_id="test-sender")
+    for i in range(100):
+        sender.send(ok, str(i).encode(), b"k")
+    first = sender.mark()
+    sender.send(missing, b"later", b"k")
+    assert sender.mark() == first + 1
+    asyncio.run(sender.confirm(first))
+    assert sender.pending == 1  # the later batch's record: confirming the first did not wait for it
+    assert len(_read_all(kafka_broker.bootstrap, ok, 100)) == 100
+    with pytest.raises(SendFailed, match=missing):
+        asyncio.run(sender.confirm())
+    sender.close(0)
+
+
 def test_send_raises_for_a_record_over_the_producer_limit() -> None:
     sender = OutputSender({"bootstrap.servers": "127.0.0.1:9"}, max_message_bytes=10_000, client_id="test-sender")
     with pytest.raises(SendFailed, match="big"):
