@@ -111,7 +111,7 @@ def command(
 ) -> None:
     """Run the stream worker and the ClickHouse sink against the configured Kafka and ClickHouse.
 
-    Creates the topics it needs and applies migrations first. Stops gracefully
+    Creates the topics it needs first; the workers start while it applies the migrations. Stops gracefully
     on SIGINT/SIGTERM: flush, commit, exit 0. Metrics: a status line every
     --status-interval seconds, each worker's Prometheus text at http://WEB_HOST:WEB_PORT+1+i/metrics.
     """
@@ -126,25 +126,9 @@ def command(
     stop = threading.Event()
     thread: threading.Thread | None = None
     reads: Any = None
-    if sink:
-        from rewardflow.clickhouse.errors import ClickHouseError
-        from rewardflow.sink.route import RewardSink
-        from rewardflow.rewards.registry import prepare_database
-        from rewardflow.rewards.spec import SpecError
-
-        try:
-            prepare_database(settings)
-            parts["sink"] = sink_obj = RewardSink(settings)
-        except (ClickHouseError, SpecError) as exc:
-            _fail(str(exc))
-        except Exception as exc:  # driver errors (connection refused, auth) vary by backend
-            from rewardflow.clickhouse.errors import clean_message
-
-            _fail(f"cannot prepare ClickHouse: {clean_message(exc)}")
-        thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
-        thread.start()
-        if sink_obj.dsn.embedded:  # this process owns the chDB directory: everyone else reads through it
-            reads = _read_endpoint(settings, sink_obj.dsn)
+    edge: Any = None
+    status: StatusLine | None = None
+    supervisor: Any = None
 
     def stop_sink() -> None:
         if edge is not None:
@@ -155,21 +139,40 @@ def command(
         if reads is not None:
             reads.stop()
 
-    edge = _collector(settings, sink_obj.dsn if sink and sink_obj.dsn.embedded else None) if collect else None
-    if sink and monitor_interval > 0:
-        from rewardflow.analysis.monitor_loop import MonitorLoop
-
-        MonitorLoop(settings, monitor_baseline, monitor_interval).start()
-    status = StatusLine(settings, status_interval, parts)
-    if status_interval > 0:
-        status.start()
     code = 0
-    supervisor: Any = None
     try:
-        if worker:
+        if worker:  # the workers need Kafka only: they start while the sink prepares ClickHouse
             from rewardflow.children import WorkerSupervisor
 
             parts["workers"] = supervisor = WorkerSupervisor(settings, workers, log_level=log_level.upper()).start()
+        if sink:
+            from rewardflow.clickhouse.errors import ClickHouseError
+            from rewardflow.sink.route import RewardSink
+            from rewardflow.rewards.registry import prepare_database
+            from rewardflow.rewards.spec import SpecError
+
+            try:
+                prepare_database(settings)
+                parts["sink"] = sink_obj = RewardSink(settings)
+            except (ClickHouseError, SpecError) as exc:
+                _fail(str(exc))
+            except Exception as exc:  # driver errors (connection refused, auth) vary by backend
+                from rewardflow.clickhouse.errors import clean_message
+
+                _fail(f"cannot prepare ClickHouse: {clean_message(exc)}")
+            thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
+            thread.start()
+            if sink_obj.dsn.embedded:  # this process owns the chDB directory: everyone else reads through it
+                reads = _read_endpoint(settings, sink_obj.dsn)
+        edge = _collector(settings, sink_obj.dsn if sink and sink_obj.dsn.embedded else None) if collect else None
+        if sink and monitor_interval > 0:
+            from rewardflow.analysis.monitor_loop import MonitorLoop
+
+            MonitorLoop(settings, monitor_baseline, monitor_interval).start()
+        status = StatusLine(settings, status_interval, parts)
+        if status_interval > 0:
+            status.start()
+        if supervisor is not None:
             failed = _wait_for_signal(supervisor.check)
             code = supervisor.stop(timeout=60.0)
             if failed:
@@ -180,7 +183,8 @@ def command(
     finally:
         if supervisor is not None:
             supervisor.stop()
-        status.stopped.set()
+        if status is not None:
+            status.stopped.set()
         stop_sink()
     raise typer.Exit(code)
 
