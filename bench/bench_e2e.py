@@ -99,12 +99,13 @@ Record = tuple[bytes, bytes, list[tuple[str, bytes]]]
 
 # ---------------------------------------------------------------------- workload
 def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int,
-                 seed: int) -> tuple[list[Record], int, list[int], float]:
+                 seed: int, now_ms: int | None = None) -> tuple[list[Record], int, list[int], float]:
     """N simulated events as Avro session-batch records in send order; also the number of distinct turns,
-    each record's event count and the seconds of event time they span."""
+    each record's event count and the seconds of event time they span. Event time ends about an hour
+    before ``now_ms`` (default: the wall clock); the same ``now_ms`` and seed give the same records."""
     sessions = max(1, int(n_events / 75) + 1)  # ~78 events per simulated session; truncated to N below
     duration_s = max(60.0, sessions / sessions_per_hour * 3600)
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     start_ms = now - int(duration_s * 1000) - 2 * 3_600_000  # all in the past, newest ~1 h ago (TTL-safe)
     cfg = ab_config(sessions=sessions, duration_s=duration_s, start_ms=start_ms, seed=seed,
                     batch_window_ms=batch_window_ms)

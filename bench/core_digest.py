@@ -15,13 +15,19 @@ digest, avro: ``5d85cc6a…7509`` with the default correction window (finalised
 turns keep their state), ``76b087a1…a1bb`` with ``REWARDFLOW_CORRECTION_WINDOW_MS=0``.
 The state digest moves only when the stored format does.
 
+``--shape sdk`` takes the end-to-end benchmark's workload instead
+(``bench_e2e.make_records``: the SDK's default batching, 1.25 events a record, its
+event time fixed so the digest is stable) and times the core as the worker runs it:
+encoded store, the worker's garbage-collector settings (``rewardflow_streams.main.tune_gc``).
+Its current digests: outputs ``bab4a1d2…fd644``, state ``4ff30b1d…7fa2``.
+
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
 of the value, a small decoded cache so that states are decoded again): its
 digest must be the dict store's. ``--batch-records`` sets the batch size
 (smaller batches wake sessions more often).
 
-    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json]
+    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk]
 """
 
 from __future__ import annotations
@@ -43,17 +49,21 @@ from rewardflow.core.processor import PartitionProcessor
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import load_settings
 
+_SDK_NOW_MS = 1_796_200_000_000  # --shape sdk: a fixed "now", so the records (and the digest) never change
 _FAR_TICK = (b'{"wm": 4611686018427387904}', [("rf-format", b"tick")])
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
-def run(records: list[Any], keep: bool, store: str = "dict",
-        batch_records: int | None = None) -> tuple[float, list[Outputs], dict[int, PartitionProcessor]]:
-    """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors."""
+def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int | None = None,
+        cached: int = 256) -> tuple[float, list[Outputs], dict[int, PartitionProcessor]]:
+    """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors.
+
+    An encoded store (``store="json"``) decodes states again beyond its ``cached`` most recent writes; it
+    checks every ``put_json`` against ``orjson.dumps`` when ``keep`` (the digest run), not when timed."""
     settings = load_settings()
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
     batch_records = batch_records or settings.worker_batch_records
-    procs = {p: PartitionProcessor(cfg, specs, DictStore() if store == "dict" else EncodedStore(),
+    procs = {p: PartitionProcessor(cfg, specs, DictStore() if store == "dict" else EncodedStore(cached, check=keep),
                                    settings.topic(T.RAW), p) for p in range(settings.partitions)}
     offsets = dict.fromkeys(procs, 0)
     by_session: dict[bytes, int] = {}
@@ -105,17 +115,32 @@ def main() -> None:
     ap.add_argument("--store", choices=("dict", "json"), default="dict",
                     help="dict: the replay store; json: encoded values, as the worker's table")
     ap.add_argument("--batch-records", type=int, default=None, help="records per batch (default: the worker's)")
+    ap.add_argument("--shape", choices=("bursts", "sdk"), default="bursts",
+                    help="bursts: bench_stream's records of whole turns (20-50 events); sdk: the e2e workload "
+                         "(1.25 events a record), timed as the worker runs the core (encoded store, its GC settings)")
     args = ap.parse_args()
-    records = session_batches(args.events, args.format)
-    _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records)
+    if args.shape == "sdk":
+        from bench_e2e import make_records
+        from rewardflow_streams.main import tune_gc
+
+        if args.format != "avro":
+            raise SystemExit("--shape sdk is Avro only (the SDK's wire format)")
+        records = make_records(args.events, 2_000.0, 1_000, 7, now_ms=_SDK_NOW_MS)[0]
+        args.store = "json"
+        settings = load_settings()
+        cached = max(256, settings.worker_state_cache // settings.partitions)  # the worker's table, per partition
+        tune_gc()
+    else:
+        records, cached = session_batches(args.events, args.format), 256
+    _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records, cached=cached)
     rows, state = digest(outs, procs)
-    print(f"digest outputs {rows}  ({args.events:,} events, {args.format}, {args.store} store)")
+    print(f"digest outputs {rows}  ({args.events:,} events, {args.format}, {args.store} store, {args.shape})")
     print(f"digest state   {state}")
     del outs, procs
     times = []
     for _ in range(args.reps):
         gc.collect()
-        times.append(run(records, keep=False, store=args.store, batch_records=args.batch_records)[0])
+        times.append(run(records, keep=False, store=args.store, batch_records=args.batch_records, cached=cached)[0])
     if times:
         rates = [args.events / t for t in times]
         print(f"core: median {statistics.median(rates):,.0f} events/s ({', '.join(f'{r:,.0f}' for r in rates)})")
