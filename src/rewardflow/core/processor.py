@@ -35,7 +35,6 @@ Delivery contract (at-least-once with deterministic ids):
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 from rewardflow.core.config import JoinConfig, StateStore
@@ -48,6 +47,7 @@ from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
+from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
 from rewardflow.core.windows import WindowBook, window_from_obj, window_start
 from rewardflow.events.errors import DecodeError
 from rewardflow.events.models import Envelope, InferenceServed
@@ -76,8 +76,7 @@ class PartitionProcessor:
         self.wm = self.maxts = -_NEVER
         self.last_event_wall, self.ready = 0, False
         self.book = WindowBook(list(cfg.window_sizes_s), partition)
-        self._heap: list[tuple[int, str]] = []
-        self._wake: dict[str, int] = {}  # session id -> its next wake-up
+        self._wakeups = Wakeups()
         self._open_served: dict[str, int] = {}  # request id of an open served turn -> its served ts
         self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
         self._new_closes: list[tuple[int, list[WindowAggregate]]] = []
@@ -327,20 +326,14 @@ class PartitionProcessor:
         be due, or its pruning) first, then the heap's, in wake-up order. A touched session that is
         not due is only rescheduled: settling it would change nothing but its pruning time."""
         due: list[str] = []
+        cfg, wm, wakeups = self.cfg, self.wm, self._wakeups
         for sid in dict.fromkeys(touched):
-            t = self._wake_at(cache[sid])
-            if t is not None and t <= self.wm:
+            t = wake_at(cache[sid], cfg, wm)
+            if t is not None and t <= wm:
                 due.append(sid)
             else:
-                self._push(sid, t)
-        seen = set(due)
-        while self._heap and self._heap[0][0] <= self.wm:
-            t, sid = heapq.heappop(self._heap)
-            if self._wake.get(sid) == t:
-                del self._wake[sid]
-                if sid not in seen:
-                    seen.add(sid)
-                    due.append(sid)
+                wakeups.schedule(sid, t)
+        wakeups.pop_due(wm, due, set(due))
         for sid in due:
             st = self._session(sid, cache, create=False)
             if st is not None:
@@ -381,45 +374,8 @@ class PartitionProcessor:
         st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
                  keep_offset=self._keep_offset, offset=offset)
 
-    def _deadlines(self, st: SessionState) -> list[int]:
-        cfg, out = self.cfg, []
-        for turn in st.turns.values():
-            anchor = turn.anchor()
-            nxt = anchor + cfg.settle_ms
-            if cfg.provisional and turn.served is not None:
-                for h in cfg.horizons_s[:-1]:
-                    if h > turn.provisional_h:
-                        nxt = min(nxt, anchor + h * 1000 + cfg.grace_ms)
-                        break
-            out.append(nxt)
-        return out
-
-    def _wake_at(self, st: SessionState) -> int | None:
-        """The earliest watermark at which the session needs settling or pruning, or None."""
-        cfg = self.cfg
-        t = st.next_wake(self._deadlines(st), cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
-        if st.held:  # held tombstones go at a prune once the commit passed them
-            t = self.wm if t is None else min(t, self.wm)
-        return t
-
     def _schedule(self, st: SessionState) -> None:
-        """Schedule a session just settled: a prune-only wake-up it already passed (tombstones whose
-        windows are open, held ones not committed yet) is looked at again one window later."""
-        cfg = self.cfg
-        t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
-        if st.held:
-            t = self.wm if t is None else min(t, self.wm)
-        if t is not None and t <= self.wm:
-            t = self.wm + min(cfg.window_sizes_s) * 1000
-        t = min([*self._deadlines(st), *([] if t is None else [t])], default=None)  # deadlines are never postponed
-        self._push(st.session_id, t)
-
-    def _push(self, sid: str, t: int | None) -> None:
-        if t is None:
-            self._wake.pop(sid, None)
-        elif self._wake.get(sid) != t:
-            self._wake[sid] = t
-            heapq.heappush(self._heap, (t, sid))
+        self._wakeups.schedule(st.session_id, next_after_settle(st, self.cfg, self.wm))
 
     def _close_windows(self, offset: int, out: Outputs) -> None:
         limit = self.wm - self.cfg.settle_ms
@@ -477,7 +433,7 @@ class PartitionProcessor:
         self._closes, self._new_closes = {}, []
         recent: list[tuple[int, list[Any]]] = []
         self.last_offset = int(meta.get("off", -1))
-        self._heap, self._wake, self._open_served = [], {}, {}
+        self._wakeups, self._open_served = Wakeups(), {}
         self._states = {}
         for key, obj in self.store.items():
             if key.startswith(self._close_prefix):
@@ -513,7 +469,7 @@ class PartitionProcessor:
 
     def pending(self) -> bool:
         """Whether anything (a turn, a tombstone, a window) still waits for the watermark."""
-        return bool(self._heap) or bool(self.book.open)
+        return bool(self._wakeups) or bool(self.book.open)
 
     def idle_target(self, now_ms: int, idle_timeout_ms: int, rate: float) -> int | None:
         """Watermark a tick should carry when the partition has been idle, else None."""

@@ -1,0 +1,83 @@
+"""When each session of a partition needs the watermark's attention: its wake-up schedule.
+
+A session wakes up at the earliest of its open turns' deadlines (settling, and the provisional
+horizons when those are on) and the times its seen ids or tombstones may be pruned
+(:meth:`~rewardflow.core.session.SessionState.next_wake`). :class:`Wakeups` keeps one wake-up per
+session in a heap; the processor settles a session when the watermark reaches it.
+
+Contract: pure, no I/O. Wake-up times are event times (ms). A stale heap entry (the session was
+rescheduled since) is skipped when popped, so rescheduling never searches the heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from rewardflow.core.config import JoinConfig
+from rewardflow.core.session import SessionState
+
+
+class Wakeups:
+    """One partition's wake-up schedule: session id -> its next wake-up, in a heap."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, str]] = []
+        self._at: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def schedule(self, sid: str, t: int | None) -> None:
+        """Make ``t`` the session's next wake-up (None: it needs none)."""
+        if t is None:
+            self._at.pop(sid, None)
+        elif self._at.get(sid) != t:
+            self._at[sid] = t
+            heapq.heappush(self._heap, (t, sid))
+
+    def pop_due(self, wm: int, due: list[str], seen: set[str]) -> None:
+        """Append to ``due`` (and ``seen``) every session whose wake-up is at or before ``wm`` and not
+        in ``seen`` yet, in wake-up order; their wake-ups are consumed."""
+        heap, at = self._heap, self._at
+        while heap and heap[0][0] <= wm:
+            t, sid = heapq.heappop(heap)
+            if at.get(sid) == t:
+                del at[sid]
+                if sid not in seen:
+                    seen.add(sid)
+                    due.append(sid)
+
+
+def deadlines(st: SessionState, cfg: JoinConfig) -> list[int]:
+    """Each open turn's next deadline: settling, or its next provisional horizon when that is earlier."""
+    out = []
+    for turn in st.turns.values():
+        anchor = turn.anchor()
+        nxt = anchor + cfg.settle_ms
+        if cfg.provisional and turn.served is not None:
+            for h in cfg.horizons_s[:-1]:
+                if h > turn.provisional_h:
+                    nxt = min(nxt, anchor + h * 1000 + cfg.grace_ms)
+                    break
+        out.append(nxt)
+    return out
+
+
+def wake_at(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
+    """The earliest watermark at which the session needs settling or pruning, or None."""
+    t = st.next_wake(deadlines(st, cfg), cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+    if st.held:  # held tombstones go at a prune once the commit passed them
+        t = wm if t is None else min(t, wm)
+    return t
+
+
+def next_after_settle(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
+    """The wake-up of a session just settled at ``wm``: a prune-only wake-up it already passed
+    (tombstones whose windows are open, held ones not committed yet) is looked at again one window
+    later; deadlines are never postponed."""
+    t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+    if st.held:
+        t = wm if t is None else min(t, wm)
+    if t is not None and t <= wm:
+        t = wm + min(cfg.window_sizes_s) * 1000
+    return min([*deadlines(st, cfg), *([] if t is None else [t])], default=None)
