@@ -172,12 +172,17 @@ def _never_resume(consumer: Any, topic: str) -> None:
 
 def _read_past(consumer: Any, topic: str, marker: str) -> None:
     """After the first seek of ``topic``'s raw partitions following a recovery, Faust's read offset of
-    each is moved far past its end, once (the marker records it)."""
+    each is moved far past its end, once (the marker records it). It is moved during that seek too:
+    Faust resumes the raw partitions before it, so a fetch can already return their records then."""
     real = consumer.perform_seek
 
     async def perform_seek() -> None:
+        tps = [tp for tp in consumer.assignment() if tp.topic == topic]
+        if tps and not os.path.exists(marker):
+            for tp in tps:
+                consumer._read_offset[tp] = 2**40
         await real()
-        _move_read_offsets([tp for tp in consumer.assignment() if tp.topic == topic], consumer, marker, "to come")
+        _move_read_offsets(tps, consumer, marker, "to come")
 
     consumer.perform_seek = perform_seek
 
