@@ -9,10 +9,10 @@ changes no decision, only how often state is written (once per batch) and how ma
 records are sent.
 
 Delivery: at-least-once. Output rows and changelog writes go through a librdkafka producer
-(:mod:`rewardflow_streams.sender`); a batch's records are acked only once those of the batch are
-acknowledged, so a committed offset implies its outputs and state are in Kafka. The next batch
-is processed while they are in flight (one batch at most). An unexpected exception in the core, or a refused output send, stops the process (exit 70)
-without acking the batch. Records Faust's
+(:mod:`rewardflow_streams.sender`); a batch's records are acked only once its outputs and state
+writes are acknowledged, so a committed offset implies they are in Kafka. The next batch is
+processed while they are in flight (one batch at most). An unexpected exception in the core, or
+a refused output send, stops the process (exit 70) without acking the batch. Records Faust's
 consumer never delivered are read again (:mod:`rewardflow_streams.gaps`).
 Output rows are split into records of at most ``max_record_bytes`` (at most
 1 MB); dead letters may reach the dead-letter topic's larger limit, so a
