@@ -9,17 +9,19 @@ same run ``--reps`` times (no hashing) and prints events/s.
 
 Use it to prove a change to the core output-identical: the outputs digest must
 not move. It depends only on the code and the seed (event time is the workload's,
-``now_ms`` is 0). The current outputs digests: avro ``e6ab6b0e…1057``, json
-``69a27541…991f``, ``--store json --batch-records 7`` ``e6e7f855…77a4``; the state
-digest, avro: ``5d85cc6a…7509`` with the default correction window (finalised
-turns keep their state), ``76b087a1…a1bb`` with ``REWARDFLOW_CORRECTION_WINDOW_MS=0``.
-The state digest moves only when the stored format does.
+``now_ms`` is 0), not on the batch size: it hashes each partition's rows of each output
+in the order they were decided, which is what the core promises whatever the batches.
+The current outputs digests: avro ``f91d4b05…3ea7`` (any ``--batch-records``, either
+``--store``), json ``66ced74e…a960``. The state digest, avro, default batches:
+``5d85cc6a…7509`` with the default correction window (finalised turns keep their state),
+``76b087a1…a1bb`` with ``REWARDFLOW_CORRECTION_WINDOW_MS=0``. The state digest moves when the
+stored format does, and with the batch size (the partition meta key keeps a mark per batch).
 
 ``--shape sdk`` takes the end-to-end benchmark's workload instead
 (``bench_e2e.make_records``: the SDK's default batching, 1.25 events a record, its
 event time fixed so the digest is stable) and times the core as the worker runs it:
 encoded store, the worker's garbage-collector settings (``rewardflow_streams.main.tune_gc``).
-Its current digests: outputs ``bab4a1d2…fd644``, state ``4ff30b1d…7fa2``.
+Its current digests: outputs ``3312eb0d…073a`` (any batch size), state ``d121d215…f927``.
 
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
@@ -55,7 +57,7 @@ _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int | None = None,
-        cached: int = 256) -> tuple[float, list[Outputs], dict[int, PartitionProcessor]]:
+        cached: int = 256) -> tuple[float, list[tuple[int, Outputs]], dict[int, PartitionProcessor]]:
     """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors.
 
     An encoded store (``store="json"``) decodes states again beyond its ``cached`` most recent writes; it
@@ -68,7 +70,7 @@ def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int 
     offsets = dict.fromkeys(procs, 0)
     by_session: dict[bytes, int] = {}
     pending: dict[int, list[tuple[bytes | None, Any, int]]] = {p: [] for p in procs}
-    outs: list[Outputs] = []
+    outs: list[tuple[int, Outputs]] = []
     start = time.perf_counter()
     for key, value, headers in records:
         p = by_session.setdefault(key, len(by_session) % settings.partitions)
@@ -78,26 +80,31 @@ def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int 
             out = procs[p].process_batch(pending[p], 0)
             pending[p] = []
             if keep:
-                outs.append(out)
+                outs.append((p, out))
     for p, batch in pending.items():
         out = procs[p].process_batch(batch, 0)
         if keep:
-            outs.append(out)
+            outs.append((p, out))
     for p, proc in procs.items():
         out = proc.process_batch([(*_FAR_TICK, offsets[p])], 0)
         if keep:
-            outs.append(out)
+            outs.append((p, out))
     return time.perf_counter() - start, outs, procs
 
 
-def digest(outs: list[Outputs], procs: dict[int, PartitionProcessor]) -> tuple[str, str]:
-    """sha256 of every output row in order, and of every processor's final state."""
+def digest(outs: list[tuple[int, Outputs]], procs: dict[int, PartitionProcessor]) -> tuple[str, str]:
+    """sha256 of every output row, partition by partition and output by output (rewards, windows, ...),
+    each in the order decided: the order the core promises, whatever the batches (how the
+    partitions' batches interleave, and rows of different outputs within a batch, are not part of
+    it); and of every processor's final state."""
     h = hashlib.sha256()
-    for out in outs:
-        for name in out.__slots__:
-            for row in getattr(out, name):
-                h.update(name.encode())
-                h.update(orjson.dumps(row, option=_OPTS, default=repr))
+    for p in sorted(procs):
+        mine = [out for q, out in outs if q == p]
+        for name in Outputs.__slots__:
+            for out in mine:
+                for row in getattr(out, name):
+                    h.update(name.encode())
+                    h.update(orjson.dumps(row, option=_OPTS, default=repr))
     state = hashlib.sha256()
     for proc in procs.values():
         for key, value in sorted(proc.store.items()):
