@@ -348,3 +348,18 @@ def test_records_copy_the_maps_of_an_open_accumulator() -> None:
     rec["latency_hist"][99] = 1
     assert typed(acc.to_record(0)) == before
     assert acc.reward_sum == rec["reward_sum"] and acc.reward_sq_sum == rec["reward_sq_sum"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.sampled_from([60, 300, 3600]), min_size=1, max_size=3, unique=True),
+       closes=st.lists(st.integers(-10_000_000, 10_000_000), max_size=4),
+       ct=st.dictionaries(st.sampled_from([60, 300, 3600]), st.integers(-10_000_000, 10_000_000), max_size=3),
+       limits=st.lists(st.integers(-20_000_000, 20_000_000), min_size=1, max_size=8))
+def test_due_says_whether_a_close_would_move_some_size(sizes: list[int], closes: list[int], ct: dict[int, int],
+                                                        limits: list[int]) -> None:
+    # the plain definition: some size's window start at the limit is past what is closed of it
+    book = WindowBook(sizes, 0, {s: v for s, v in ct.items() if s in sizes})  # (unaligned, as any stored value)
+    for at in [*closes, *limits]:
+        expect = any(window_start(at, s * 1000) > book.closed_through.get(s, -2**62) for s in sizes)
+        assert book.due(at) == expect, (at, book.closed_through)
+        book.close(at)  # closes move the thresholds due() keeps between calls

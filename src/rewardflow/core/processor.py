@@ -48,7 +48,7 @@ from rewardflow.core.session import SessionState, Tombstone, tombstone_checkpoin
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
-from rewardflow.core.windows import WindowBook, window_from_obj, window_start
+from rewardflow.core.windows import WindowBook, window_from_obj
 from rewardflow.events.errors import DecodeError
 from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
@@ -160,7 +160,8 @@ class PartitionProcessor:
               cache: dict[str, SessionState], out: Outputs) -> None:
         touched: list[str] = []
         bound = None if record_ts is None else record_ts + self.cfg.max_clock_skew_ms
-        if record_format(headers) == TICK:
+        fmt = record_format(headers)
+        if fmt == TICK:
             tick = read_tick(value, self.topic, self.cfg.tick_key)
             if tick.wm is None:
                 out.dead.append(dead_letter(self.topic, self.partition, offset, -1, tick.code, tick.reason,
@@ -170,7 +171,7 @@ class PartitionProcessor:
             by = "idle"
         else:
             self.last_event_wall = now_ms
-            self._ingest(value, headers, offset, bound, now_ms, cache, touched, out)
+            self._ingest(value, fmt, offset, bound, now_ms, cache, touched, out)
             self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
             by = "watermark"
         self._settle_due(offset, by, cache, touched, out)
@@ -193,11 +194,11 @@ class PartitionProcessor:
             return None if off is None else int(off) + 1
         return None if self.last_offset < 0 else self.last_offset + 1
 
-    def _ingest(self, value: bytes | None, headers: Any, offset: int, bound: int | None, now_ms: int,
+    def _ingest(self, value: bytes | None, fmt: str | None, offset: int, bound: int | None, now_ms: int,
                 cache: dict[str, SessionState], touched: list[str], out: Outputs) -> None:
         cfg = self.cfg
         try:
-            raws = decode_record(value, headers, max_bytes=cfg.max_record_bytes, max_batch_events=cfg.max_batch_events)
+            raws = decode_record(value, max_bytes=cfg.max_record_bytes, max_batch_events=cfg.max_batch_events, fmt=fmt)
         except DecodeError as exc:
             out.dead.append(dead_letter(self.topic, self.partition, offset, -1, exc.code, str(exc), None, value, now_ms))
             return
@@ -379,7 +380,7 @@ class PartitionProcessor:
 
     def _close_windows(self, offset: int, out: Outputs) -> None:
         limit = self.wm - self.cfg.settle_ms
-        if all(window_start(limit, s * 1000) <= self.book.closed_through.get(s, -_NEVER) for s in self.book.sizes_s):
+        if not self.book.due(limit):
             return
         if self._open_served:
             limit = min(limit, min(self._open_served.values()))

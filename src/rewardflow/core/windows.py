@@ -28,6 +28,7 @@ from rewardflow.core.records import id_of_joined
 from rewardflow.core.rows import RewardRecord, WindowAggregate
 
 
+_NEVER = 2**62  # beyond any event time (as the processor's)
 _UNIT = 10**12  # reward sums are kept in exact integer units of 1e-12
 _UNIT_SQ = _UNIT * _UNIT
 _QUANTILES = (0.5, 0.95, 0.99)
@@ -109,6 +110,7 @@ class WindowBook:
     closed_through: dict[int, int] = field(default_factory=dict)  # size_s -> windows ending <= this are closed
     open: dict[tuple[int, int, str, str, str, str], WindowAccumulator] = field(default_factory=dict)
     _min_closed: int | None = field(default=None, compare=False, repr=False)  # kept until close() moves one
+    _next_due: int | None = field(default=None, compare=False, repr=False)  # likewise, for due()
 
     def min_closed_through(self) -> int:
         """The lowest ``closed_through`` over the sizes (-1 while one has none). Kept between calls:
@@ -117,6 +119,17 @@ class WindowBook:
         if m is None:
             m = self._min_closed = min((self.closed_through.get(s, -1) for s in self.sizes_s), default=-1)
         return m
+
+    def due(self, limit: int) -> bool:
+        """Whether :meth:`close` of ``limit`` would close the windows of some size (moves a
+        ``closed_through``). Kept between calls: only :meth:`close` changes the answer's threshold."""
+        n = self._next_due
+        if n is None:
+            closed = self.closed_through
+            # the first window start above closed_through: ct - ct % size + size (ct need not be aligned)
+            n = self._next_due = min((closed[s] - closed[s] % (s * 1000) + s * 1000 if s in closed else -_NEVER
+                                      for s in self.sizes_s), default=_NEVER)
+        return limit >= n
 
     def add(self, r: RewardRecord) -> None:
         """Add a final reward record to each size's window."""
@@ -181,7 +194,7 @@ class WindowBook:
             if through <= closed.get(size, -1):
                 continue
             closed[size] = through
-            self._min_closed = None
+            self._min_closed = self._next_due = None
             for k in [k for k in opened if k[0] == size and k[1] + size_ms <= through]:
                 out.append(opened.pop(k).to_record(partition))
         return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import Any
 
 import orjson
@@ -53,17 +54,20 @@ def decode_record(
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
     catalogue: Catalogue | None = None,
+    fmt: str | None | EllipsisType = ...,
 ) -> list[dict[str, Any]]:
     """Decode one record value into its event dicts, in order.
 
-    Raises ``DecodeError`` when the record as a whole cannot be read; a batch
-    longer than ``max_batch_events`` is ``batch_too_large``.
+    ``fmt`` is the record's ``rf-format`` header when the caller read it already
+    (:func:`record_format`; ``...``: read it from ``headers``). Raises ``DecodeError`` when the
+    record as a whole cannot be read; a batch longer than ``max_batch_events`` is ``batch_too_large``.
     """
     if value is None or len(value) == 0:
         raise DecodeError("empty record value", code="not_an_event")
     if len(value) > max_bytes:
         raise DecodeError(f"record of {len(value)} bytes exceeds the {max_bytes}-byte limit", code="too_large")
-    fmt = record_format(headers)
+    if fmt is ...:
+        fmt = record_format(headers)
     if fmt is None:
         fmt = AVRO if value[0] == 0 else JSON if value[:1] in (b"{", b"[") else None
     batch_sid = None
