@@ -162,3 +162,25 @@ def test_to_json_reencodes_a_changed_part_and_reuses_an_unchanged_one() -> None:
     assert s._seen_json[2] == cached[:-1] + b',"e2":[' + str(T0 + 1).encode() + b',2,0]}'  # appended
     s.note_seen("e1", T0 + 2, 3, 0)  # an id noted again: its value changes in place
     assert orjson.loads(s.to_json())[3] == {"e1": [T0 + 2, 3, 0], "e2": [T0 + 1, 2, 0]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 40), st.integers(-50_000, 400_000), st.integers(0, 3_000_000),
+                                st.booleans()), max_size=60))
+def test_pruning_seen_ids_in_order_or_not_is_the_plain_filter(steps: list[tuple[int, int, int, bool]]) -> None:
+    """Seen ids mostly arrive oldest first (pruning then drops a prefix in place); some arrive out of
+    order or again. Either way a prune keeps exactly the ids at or after its limit, in their order,
+    and the next encoding is exactly orjson's."""
+    s, clock = SessionState("s1", 0), T0
+    for i, (eid, step, dedup, prune) in enumerate(steps):
+        clock += step  # (a negative step: an event older than the last one)
+        s.note_seen(f"e{eid}", clock, i, 0)
+        if i % 3 == 0:
+            s.to_json()  # (an encoding kept before the prune: the prune cuts it)
+        if prune:
+            before = dict(s.seen)
+            limit = clock - dedup
+            s.prune(clock, dedup, 10**12, 0)
+            assert list(s.seen.items()) == [(k, v) for k, v in before.items() if v[0] >= limit]
+            assert not s.seen or s.seen_floor() <= min(v[0] for v in s.seen.values())  # (a floor, never above)
+        assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)

@@ -88,6 +88,9 @@ class SessionState:
     done: dict[str, Tombstone] = field(default_factory=dict)
     held: dict[str, tuple[int, Tombstone]] = field(default_factory=dict)  # (offset pruned at, tombstone)
     _seen_min: int | None = field(default=None, repr=False, compare=False)  # cache, never persisted
+    # whether ``seen`` is in event-time order, oldest first (None: not known), and then its newest ts
+    _seen_sorted: bool | None = field(default=None, repr=False, compare=False)
+    _seen_top: int = field(default=0, repr=False, compare=False)
     # to_json's encodings of seen and done: (the dict encoded, its length then, the bytes); never persisted
     _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
     _done_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
@@ -129,6 +132,12 @@ class SessionState:
         seen = self.seen
         if event_id in seen:
             self._seen_json = None  # a value changed in place: encode anew (new ids are appended)
+            self._seen_sorted = None
+        elif self._seen_sorted:
+            if ts < self._seen_top:
+                self._seen_sorted = False
+            else:
+                self._seen_top = ts
         seen[event_id] = [ts, offset, index]
         m = self._seen_min
         if m is not None and ts < m:
@@ -199,9 +208,50 @@ class SessionState:
                 if t.first_ts is not None and t.first_ts < limit:
                     limit = t.first_ts
             if self.seen_floor() < limit:
-                self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
-                self._seen_min = None
-                self._seen_json = None
+                if self._seen_in_order():
+                    self._drop_oldest_seen(limit)
+                else:
+                    self.seen = {k: v for k, v in self.seen.items() if v[0] >= limit}
+                    self._seen_min = None
+                    self._seen_json = None
+                    self._seen_sorted = None  # (the ids out of order may have gone)
+
+    def _seen_in_order(self) -> bool:
+        """Whether ``seen`` is in event-time order, oldest first, as a session's events mostly
+        arrive (kept between calls by :meth:`note_seen`; found by one pass when not known)."""
+        known = self._seen_sorted
+        if known is None:
+            known, last = True, -2**63
+            for v in self.seen.values():
+                if v[0] < last:
+                    known = False
+                    break
+                last = v[0]
+            self._seen_sorted, self._seen_top = known, last
+        return known
+
+    def _drop_oldest_seen(self, limit: int) -> None:
+        """:meth:`prune`'s filter of ``seen`` (every id older than ``limit`` goes) when it is in
+        event-time order: those ids are its first ones. They are deleted in place, and the kept
+        encoding (:meth:`to_json`) loses their prefix instead of being made again."""
+        seen = self.seen
+        drop = []
+        for k, v in seen.items():
+            if v[0] >= limit:
+                break
+            drop.append(k)
+        last, rest = self._seen_json, None
+        if drop and last is not None and last[0] is seen and last[1] == len(seen):
+            # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
+            head = orjson.dumps({k: seen[k] for k in drop}, option=JSON_OPTS)
+            rest = b"{" + last[2][len(head):] if len(drop) < len(seen) else b"{}"
+        if not drop:  # (the floor was low: an id seen again moved on in place)
+            self._seen_min = next(iter(seen.values()))[0]
+            return
+        for k in drop:
+            del seen[k]
+        self._seen_json = None if rest is None else (seen, len(seen), rest)
+        self._seen_min = next(iter(seen.values()))[0] if seen else None
 
     def next_wake(self, deadlines: list[int], dedup_ms: int, keep_done_ms: int, step_ms: int) -> int | None:
         """Earliest event time at which this session needs attention, or None.
