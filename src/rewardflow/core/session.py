@@ -240,14 +240,14 @@ class SessionState:
             if v[0] >= limit:
                 break
             drop.append(k)
-        last, rest = self._seen_json, None
-        if drop and last is not None and last[0] is seen and last[1] == len(seen):
-            # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
-            head = orjson.dumps({k: seen[k] for k in drop}, option=JSON_OPTS)
-            rest = b"{" + last[2][len(head):] if len(drop) < len(seen) else b"{}"
         if not drop:  # (the floor was low: an id seen again moved on in place)
             self._seen_min = next(iter(seen.values()))[0]
             return
+        last, rest = self._seen_json, None
+        if last is not None and last[0] is seen and last[1] == len(seen):
+            # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
+            head = orjson.dumps({k: seen[k] for k in drop}, option=JSON_OPTS)
+            rest = b"{" + last[2][len(head):] if len(drop) < len(seen) else b"{}"
         for k in drop:
             del seen[k]
         self._seen_json = None if rest is None else (seen, len(seen), rest)
@@ -308,8 +308,9 @@ class SessionState:
         ``done`` keep their last encoding: unchanged, it is reused; grown by new keys
         (dicts keep insertion order, so they are at the end), only those are encoded and appended.
         Every other change must go through :meth:`note_seen`, :meth:`finalise` (which drop the
-        encoding when they overwrite a key) or :meth:`prune` (which replaces the dicts); as a guard,
-        an encoding is used only for the very dict it was made from, and never when it shrank.
+        encoding when they overwrite a key) or :meth:`prune` (which replaces a dict, or cuts from
+        the kept encoding the oldest ids it drops); as a guard, an encoding is used only for the
+        very dict it was made from, and never when it shrank.
         """
         if obj is None:
             obj = self.to_obj()
