@@ -65,19 +65,23 @@ def deadlines(st: SessionState, cfg: JoinConfig) -> list[int]:
 
 def wake_at(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
     """The earliest watermark at which the session needs settling or pruning, or None."""
-    t = st.next_wake(deadlines(st, cfg), cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
-    if st.held:  # held tombstones go at a prune once the commit passed them
-        t = wm if t is None else min(t, wm)
-    return t
+    return _earliest(st, cfg, wm, deadlines(st, cfg))
 
 
 def next_after_settle(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
     """The wake-up of a session just settled at ``wm``: a prune-only wake-up it already passed
     (tombstones whose windows are open, held ones not committed yet) is looked at again one window
     later; deadlines are never postponed."""
-    t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
-    if st.held:
-        t = wm if t is None else min(t, wm)
+    t = _earliest(st, cfg, wm, [])
     if t is not None and t <= wm:
         t = wm + min(cfg.window_sizes_s) * 1000
     return min([*deadlines(st, cfg), *([] if t is None else [t])], default=None)
+
+
+def _earliest(st: SessionState, cfg: JoinConfig, wm: int, turn_deadlines: list[int]) -> int | None:
+    """The earliest of ``turn_deadlines`` and the session's pruning times (held tombstones go at a
+    prune once the commit passed them: at ``wm``)."""
+    t = st.next_wake(turn_deadlines, cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+    if st.held:
+        t = wm if t is None else min(t, wm)
+    return t
