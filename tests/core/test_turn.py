@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rewardflow.core.config import JSON_OPTS
 from rewardflow.core.turn import _COUNTERS, TurnOutcome, TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.events.validate import validate_event
 from rewardflow.core.score import score
@@ -108,7 +109,7 @@ def test_orphan_turn_has_no_outcome() -> None:
 def test_state_and_outcome_round_trip_through_json() -> None:
     state = fold(turn("r1", horizons=(30, 120)) + [ev("ToolCall", "r1", status="broken")])
     state.provisional_h = 30
-    back = TurnState.from_obj(orjson.loads(orjson.dumps(state.to_obj())))
+    back = TurnState.from_obj(orjson.loads(orjson.dumps(state.to_obj(), option=JSON_OPTS)))
     assert back == state
     o = final(state)
     assert outcome_from_obj(orjson.loads(orjson.dumps(outcome_to_obj(o)))) == o
@@ -232,11 +233,11 @@ def _reference_fold(raws: list[dict[str, Any]]) -> tuple[list[Any], Any]:
 @given(data=st.data(), raws=turn_events())
 def test_state_and_outcome_objects_equal_the_plain_definition_byte_for_byte(
         data: st.DataObject, raws: list[dict[str, Any]]) -> None:
-    """Stored state is hashed and compared as JSON: key order and number types must match, not just values."""
+    """Stored state is hashed and compared as JSON (written with JSON_OPTS): key order and number types must match, not just values."""
     raws = data.draw(st.permutations(raws))
     state = fold(raws)
     ref_state, ref_outcome = _reference_fold(raws)
-    assert orjson.dumps(state.to_obj()) == orjson.dumps(ref_state)
+    assert orjson.dumps(state.to_obj(), option=JSON_OPTS) == orjson.dumps(ref_state, option=JSON_OPTS)
     if ref_outcome is not None:
         assert orjson.dumps(outcome_to_obj(final(state))) == orjson.dumps(ref_outcome)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from rewardflow.core.config import JoinConfig
+from rewardflow.core.config import JSON_OPTS, JoinConfig
 from rewardflow.core.rows import RewardRecord, WindowAggregate
 from rewardflow.core.score import score
 from rewardflow.core.session import Tombstone
@@ -64,7 +64,7 @@ def correct(tomb: Tombstone, ev: Envelope, cfg: JoinConfig, offset: int, committ
     into the finalised turn: the tombstone of its next revision, and that revision's reward rows and
     window deltas."""
     assert tomb.turn is not None and tomb.outcome is not None
-    turn = TurnState.from_obj(orjson.loads(orjson.dumps(tomb.turn)))  # a copy: the stored value is not touched
+    turn = TurnState.from_obj(orjson.loads(orjson.dumps(tomb.turn, option=JSON_OPTS)))  # a copy: the stored value is not touched
     revs: list[list[Any]] = []
     for rev, off, outcome in tomb.revs:  # earlier revisions a restart may still have to re-emit
         if committed is None or off >= committed:

@@ -5,7 +5,7 @@ is commutative (counts, maps keyed by ids, ties broken by ``(ts, event_id)``),
 so the finalised :class:`TurnOutcome` does not depend on arrival order.
 
 Contract: pure, no I/O. ``TurnState.to_obj`` / ``from_obj`` round-trip through
-JSON-able values (for the changelog).
+JSON written with ``JSON_OPTS`` (for the changelog).
 """
 
 from __future__ import annotations
@@ -221,12 +221,12 @@ class TurnState:
         """:meth:`to_obj`'s value and ``orjson.dumps`` of it (``JSON_OPTS``), kept until the turn changes:
         a session's state is rewritten whole, mostly with its other turns unchanged. Every change
         goes through :meth:`apply` or :meth:`note_provisional`. The value shares the turn's maps:
-        treat it as read-only."""
+        treat it as read-only. Its ``checks`` keep their int horizons as keys (``JSON_OPTS`` writes them
+        as strings; :meth:`from_obj` reads either)."""
         enc = self._enc
         if enc is None:
-            checks = {e: {str(h): v for h, v in hs.items()} for e, hs in self.checks.items()} if self.checks else {}
             obj = [self.request_id, self.session_id, self.org_id, self.first_ts, self.served,
-                   self.edits, checks, self.counts, self.provisional_h, self.n]
+                   self.edits, self.checks, self.counts, self.provisional_h, self.n]
             enc = self._enc = (obj, orjson.dumps(obj, option=JSON_OPTS))
         return enc
 
