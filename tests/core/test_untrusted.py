@@ -199,7 +199,7 @@ def test_the_limit_does_not_depend_on_when_expired_tombstones_are_pruned(monkeyp
             b = Broker()
             b.send(T0, *[ev("InferenceServed", f"f{i}", "s", T0 + i) for i in range(3)])
             b.tick(T0 + 200_000, T0 + 200_000)  # finalised
-            gone = T0 + 200_000 + CFG.keep_done_ms + 120_000
+            gone = T0 + 200_000 + CFG.keep_done_ms + CFG.prune_step_ms + 120_000  # (a pruning wake-up is on its grid)
             b.tick(gone, gone)  # expired: pruned at this wake-up, or (without prune) still stored
             out = b.send(gone + 1, ev("InferenceServed", "f9", "s", gone + 1))
             return codes(out), len(b.store.get("s:s")[4])

@@ -1,8 +1,16 @@
-"""The wake-up schedule: one wake-up per session, due ones in order, stale entries skipped."""
+"""The wake-up schedule: one wake-up per session, due ones in order, stale entries skipped; when a
+session wakes up."""
 
 from __future__ import annotations
 
-from rewardflow.core.wakeups import Wakeups
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewardflow.core.config import PRUNE_STEPS, JoinConfig
+from rewardflow.core.session import SessionState
+from rewardflow.core.wakeups import Wakeups, deadlines, next_after_settle, wake_at
+from tests.core.test_session import sessions
+from tests.factories import T0
 
 
 def test_due_sessions_come_in_wake_up_order_once_each() -> None:
@@ -40,3 +48,25 @@ def test_a_session_already_due_is_not_added_twice() -> None:
     due = ["a"]
     w.pop_due(20, due, {"a"})
     assert due == ["a", "b"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=sessions(), wm=st.integers(T0, T0 + 12_000_000), dedup=st.integers(1, 5_000_000),
+       correction=st.sampled_from([0, 3_600_000]), provisional=st.booleans())
+def test_a_session_wakes_to_be_pruned_on_the_grid_and_for_its_deadlines_on_time(
+        s: SessionState, wm: int, dedup: int, correction: int, provisional: bool) -> None:
+    """Pruning waits for the next step of the grid (never comes early, never a full step late); a turn's
+    deadline is never moved."""
+    cfg = JoinConfig(dedup_ms=dedup, correction_ms=correction, provisional=provisional)
+    step = cfg.prune_step_ms
+    assert step == max(1, min(cfg.dedup_ms, cfg.keep_done_ms) // PRUNE_STEPS)
+    turn_deadlines = deadlines(s, cfg)
+    first_prune = s.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+    got = wake_at(s, cfg, wm)
+    prune = None if first_prune is None else -(-first_prune // step) * step
+    assert prune is None or (prune % step == 0 and first_prune <= prune < first_prune + step)
+    assert got == min([*turn_deadlines, *([] if prune is None else [prune])], default=None)
+    after = next_after_settle(s, cfg, wm)
+    if prune is not None and prune <= wm:  # passed already (tombstones whose windows are still open)
+        prune = wm + min(cfg.window_sizes_s) * 1000
+    assert after == min([*turn_deadlines, *([] if prune is None else [prune])], default=None)

@@ -9,6 +9,8 @@ import orjson
 
 JSON_OPTS = orjson.OPT_NON_STR_KEYS
 """The orjson options state is encoded with (by stores that keep bytes, and by ``put_json`` callers)."""
+PRUNE_STEPS = 12
+"""Pruning wake-ups per dedup horizon (``JoinConfig.prune_step_ms``): state is kept up to 1/12 longer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,9 @@ class JoinConfig:
     final_horizon_ms: int = field(init=False)
     settle_ms: int = field(init=False)  # from a turn's anchor to its final deadline
     keep_done_ms: int = field(init=False)  # tombstones live this long: late routing and window rebuild need them
+    # a session wakes up to be pruned on this grid of event time only (wakeups.py), so the seen ids and
+    # tombstones that expire within one step go in one wake-up and one state write
+    prune_step_ms: int = field(init=False)
 
     def __post_init__(self) -> None:
         final = self.horizons_s[-1] * 1000
@@ -43,6 +48,7 @@ class JoinConfig:
         object.__setattr__(self, "settle_ms", final + self.grace_ms)
         object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms,
                                                      self.correction_ms + final + self.grace_ms))
+        object.__setattr__(self, "prune_step_ms", max(1, min(self.dedup_ms, self.keep_done_ms) // PRUNE_STEPS))
 
     @classmethod
     def from_settings(cls, s: Any, tick_key: bytes | None = None) -> JoinConfig:

@@ -79,9 +79,17 @@ def next_after_settle(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
 
 
 def _earliest(st: SessionState, cfg: JoinConfig, wm: int, turn_deadlines: list[int]) -> int | None:
-    """The earliest of ``turn_deadlines`` and the session's pruning times (held tombstones go at a
-    prune once the commit passed them: at ``wm``)."""
-    t = st.next_wake(turn_deadlines, cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+    """The earliest of ``turn_deadlines`` and the session's pruning time: the first time something can be
+    pruned, rounded up to the next multiple of ``cfg.prune_step_ms`` (what expires within one step goes in
+    one wake-up), or ``wm`` while tombstones are held (they go at a prune once the commit passed them)."""
+    t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+    if t is not None:
+        step = cfg.prune_step_ms
+        t = -(-t // step) * step
     if st.held:
         t = wm if t is None else min(t, wm)
+    if turn_deadlines:
+        first = min(turn_deadlines)
+        if t is None or first < t:
+            t = first
     return t
