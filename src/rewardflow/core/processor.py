@@ -209,8 +209,11 @@ class PartitionProcessor:
                                         raw, event_json(r.raw, value), now_ms))
         if not events:
             return
-        bad = {r.index for r in rejected}
-        valid_idx = [i for i in range(len(raws)) if i not in bad] if rejected else range(len(raws))
+        if rejected:
+            bad = {r.index for r in rejected}
+            valid_idx: range | list[int] = [i for i in range(len(raws)) if i not in bad]
+        else:
+            valid_idx = range(len(raws))
         st = None  # a record carries one session's events (decode_record refuses any other)
         for idx, ev in zip(valid_idx, events, strict=True):
             raw = raws[idx]
