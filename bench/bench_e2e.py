@@ -6,8 +6,9 @@ For each size N (``--sizes``, default 100k, 300k, 1M events) and each repeat (``
    events; session starts arrive at a constant ``--sessions-per-hour`` so a
    bigger N means *more hours* of traffic, not more concurrent sessions (state
    should then stay flat thanks to expiry). A session's events due within
-   ``--batch-window-ms`` form one Kafka record (an Avro session batch, as the
-   SDK sends them), keyed by session_id with header ``rf-format: avro``. They
+   ``--batch-window-ms`` form one Kafka record, a session batch framed as the
+   SDK frames every record (``--format``: Avro, the SDK's default, or JSON),
+   keyed by session_id with header ``rf-format``. They
    are produced to the raw topic of a fresh topic prefix with a plain
    confluent-kafka producer *before* the pipeline starts.
 2. pipeline: ``rewardflow run`` starts as a subprocess (its own chDB path,
@@ -84,7 +85,7 @@ from rewardflow.demo.worker_proc import ChildProcess
 from rewardflow.events.validate import to_dict
 
 from bench_stream import produce  # noqa: E402 - the benches run as scripts from bench/
-from rewardflow.events.wire import decode_record, encode_avro
+from rewardflow.events.wire import AVRO, JSON, decode_record, encode_avro
 from rewardflow.kafka_local.ports import free_ports, port_is_free
 from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings
@@ -99,8 +100,9 @@ Record = tuple[bytes, bytes, list[tuple[str, bytes]]]
 
 # ---------------------------------------------------------------------- workload
 def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int,
-                 seed: int, now_ms: int | None = None) -> tuple[list[Record], int, list[int], float]:
-    """N simulated events as Avro session-batch records in send order; also the number of distinct turns,
+                 seed: int, now_ms: int | None = None, fmt: str = AVRO) -> tuple[list[Record], int, list[int], float]:
+    """N simulated events as session-batch records in send order, in wire format ``fmt`` (Avro, the SDK's
+    default, or JSON, as the SDK writes them with ``wire_format="json"``); also the number of distinct turns,
     each record's event count and the seconds of event time they span. Event time ends about an hour
     before ``now_ms`` (default: the wall clock); the same ``now_ms`` and seed give the same records."""
     sessions = max(1, int(n_events / 75) + 1)  # ~78 events per simulated session; truncated to N below
@@ -119,8 +121,13 @@ def make_records(n_events: int, sessions_per_hour: float, batch_window_ms: int,
         events = [to_dict(e) for e in group.events][: n_events - total]
         total += len(events)
         turns.update(e["request_id"] for e in events if e["event_type"] == "InferenceServed")
-        value = encode_avro(events, batch_id=events[0]["event_id"]) if len(events) > 1 else encode_avro(events)
-        records.append((group.session_id.encode(), value, [("rf-format", b"avro")]))
+        # framed as the SDK frames every record, one event or many: a session batch (its encoders write
+        # the bytes of encode_avro with a batch id, and of {"batch_id", "session_id", "events"} in JSON)
+        if fmt == JSON:
+            value = orjson.dumps({"batch_id": events[0]["event_id"], "session_id": group.session_id, "events": events})
+        else:
+            value = encode_avro(events, batch_id=events[0]["event_id"])
+        records.append((group.session_id.encode(), value, [("rf-format", fmt.encode())]))
         sizes.append(len(events))
         if total >= n_events:
             break
@@ -453,6 +460,8 @@ def main() -> None:
     ap.add_argument("--batch-window-ms", type=int, default=1_000,
                     help="a session's events due within this go in one record (1 s: what the SDK's default "
                          "batching cuts from live traffic, ~1.3 events/record; the simulator's max is ~47 s)")
+    ap.add_argument("--format", choices=(AVRO, JSON), default=AVRO,
+                    help="the records' wire format (avro: the SDK's default; json: its wire_format='json')")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per pipeline run, seconds")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--steady", type=float, default=0.5, metavar="FRACTION",
@@ -485,7 +494,8 @@ def main() -> None:
     try:
         for size in sizes:
             t_gen = time.perf_counter()
-            records, n_turns, record_sizes, span_s = make_records(size, args.sessions_per_hour, args.batch_window_ms, args.seed)
+            records, n_turns, record_sizes, span_s = make_records(size, args.sessions_per_hour, args.batch_window_ms, args.seed,
+                                                                    fmt=args.format)
             n_records_total += len(records)
             n_events_total += size
             print(f"{size:,} events: {len(records):,} records ({size / len(records):.1f} events/record), "

@@ -21,7 +21,9 @@ stored format does, and with the batch size (the partition meta key keeps a mark
 (``bench_e2e.make_records``: the SDK's default batching, 1.25 events a record, its
 event time fixed so the digest is stable) and times the core as the worker runs it:
 encoded store, the worker's garbage-collector settings (``rewardflow_streams.main.tune_gc``).
-Its current digests: outputs ``3312eb0d…073a`` (any batch size), state ``d121d215…f927``.
+Its current digests: outputs ``3312eb0d…073a`` (any batch size), state ``d121d215…f927``;
+with ``--format json`` (the SDK's ``wire_format="json"``): outputs ``768349af…2b21`` (the
+same rows; each stored payload keeps the key order its record was written in), state unchanged.
 
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
@@ -130,9 +132,7 @@ def main() -> None:
         from bench_e2e import make_records
         from rewardflow_streams.main import tune_gc
 
-        if args.format != "avro":
-            raise SystemExit("--shape sdk is Avro only (the SDK's wire format)")
-        records = make_records(args.events, 2_000.0, 1_000, 7, now_ms=_SDK_NOW_MS)[0]
+        records = make_records(args.events, 2_000.0, 1_000, 7, now_ms=_SDK_NOW_MS, fmt=args.format)[0]
         args.store = "json"
         settings = load_settings()
         cached = max(256, settings.worker_state_cache // settings.partitions)  # the worker's table, per partition
