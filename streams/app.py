@@ -60,7 +60,8 @@ from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
-from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot, stalled_processing
+from rewardflow_streams.recovery import (EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot, stalled_processing,
+                                         unrestored)
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
 
@@ -153,6 +154,7 @@ class JoinWorker:
         self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
         self._progress: dict[int, float] = {}  # raw partition -> when a record of it was last processed
         self._resumed: set[int] = set()  # raw partitions resumed by the stall watch since the assignment
+        self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
         self._live_since = time.monotonic()  # the last assignment, or the end of its recovery
         self._checked_at = 0.0
         self.exit_code = 0  # set when the worker stops itself (a stalled recovery)
@@ -251,6 +253,10 @@ class JoinWorker:
         """
         if not self._current(msgs):
             return None
+        if partition in self._unrestored:
+            for m in msgs:
+                m.acked = True  # never acked: Faust cannot commit them, and the next owner reads them again
+            return None
         proc = self._processor(partition)
         timed, mark = self.metrics.time, time.perf_counter()
         msgs = await self._gaps.admit(proc, partition, msgs)
@@ -335,7 +341,17 @@ class JoinWorker:
         return proc
 
     async def _on_assigned(self, app: Any, assigned: Any, **_: Any) -> None:
-        """Any rebalance invalidates derived state: rebuild on each partition's next record."""
+        """Any rebalance invalidates derived state: rebuild on each partition's next record.
+
+        A raw partition assigned without its changelog partition would be processed from empty
+        state (:func:`~rewardflow_streams.recovery.unrestored`): none of its records is processed,
+        and the worker leaves the group."""
+        self._unrestored = unrestored(assigned, self.raw_topic.get_topic_name(),
+                                      self.table.changelog_topic.get_topic_name())
+        if self._unrestored and not self.exit_code:
+            self._leave(f"raw partition(s) {', '.join(map(str, sorted(self._unrestored)))} were assigned without "
+                        "their changelog partitions (the group leader's metadata lacks the changelog topic), so "
+                        "their state would not be restored;", stalled=False)
         self.processors.clear()
         self._gaps.reset()
         self._progress.clear()
@@ -442,13 +458,15 @@ class JoinWorker:
         return {tp.partition: (end[tp.partition] - (committed[tp] or 0), committed[tp] or 0)
                 for tp in tps if tp.partition in end}
 
-    def _leave(self, why: str) -> None:
-        """Stop cleanly (flush, commit, leave the group) and exit 75, so that a fresh member takes over."""
+    def _leave(self, why: str, stalled: bool = True) -> None:
+        """Stop cleanly (flush, commit, leave the group) and exit 75, so that a fresh member takes over.
+        ``stalled``: ``why`` lasted the stall timeout (counted in ``recovery_stalls``)."""
         self.exit_code = EXIT_RECOVERY_STALLED
-        self.metrics.counters["recovery_stalls"] += 1
-        log.error("%s for %.0f s (REWARDFLOW_WORKER_STALL_TIMEOUT_S); stopping cleanly and exiting %d so that a "
-                  "fresh member of the group takes them over (rewardflow run starts the worker again)",
-                  why, self.settings.worker_stall_timeout_s, EXIT_RECOVERY_STALLED)
+        if stalled:
+            self.metrics.counters["recovery_stalls"] += 1
+            why += f" for {self.settings.worker_stall_timeout_s:.0f} s (REWARDFLOW_WORKER_STALL_TIMEOUT_S);"
+        log.error("%s stopping cleanly and exiting %d so that a fresh member of the group takes them over "
+                  "(rewardflow run starts the worker again)", why, EXIT_RECOVERY_STALLED)
         os.kill(os.getpid(), signal.SIGTERM)  # Faust's graceful stop: flush, commit, leave the group
 
     # ------------------------------------------------------------------ idle clock

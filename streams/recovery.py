@@ -27,6 +27,12 @@ the partition back in the fetch set and seeks it to the next offset it must proc
 resets Faust's read offset (:func:`fetch_state` logs what Faust held); only a partition still
 stuck one timeout later makes it leave.
 
+A partition can also be assigned with nothing to restore from: Faust's group leader hands each
+raw partition's changelog partition to its owner only when the leader's consumer metadata holds the
+changelog topic. :func:`unrestored` names the raw partitions of an assignment that came without
+their changelog partition; the worker processes none of their records and leaves the group at once
+(the same clean stop and exit), so that a later assignment gives their state with them.
+
 Contract: :meth:`RecoveryWatch.observe` is pure given its inputs and returns what changed: a
 finished recovery's seconds, the partitions still restoring, and the stalled ones. It never
 raises on odd snapshots (missing offsets count as nothing received). :func:`stalled_processing`
@@ -35,11 +41,18 @@ is pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 EXIT_RECOVERY_STALLED = 75  # EX_TEMPFAIL: the supervisor starts the worker again
+
+
+def unrestored(assigned: Iterable[Any], raw_topic: str, changelog_topic: str) -> set[int]:
+    """The raw partitions in ``assigned`` (topic partitions) whose changelog partition is not in it. Pure."""
+    tps = list(assigned)
+    return ({tp.partition for tp in tps if tp.topic == raw_topic}
+            - {tp.partition for tp in tps if tp.topic == changelog_topic})
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,11 +50,28 @@ def test_the_worker_changelog_is_made_compacted_only(kafka_broker: Any, tmp_path
     assert int(got["max.message.bytes"]) == state_record_limit(settings)
 
 
+def test_the_worker_changelog_exists_before_any_worker_starts(kafka_broker: Any, tmp_path: Path) -> None:
+    # a worker's group leader assigns changelog partitions only for a topic its metadata holds
+    settings = Settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"p{uuid.uuid4().hex[:8]}.", home=tmp_path,
+                        partitions=3)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    changelog = changelog_topic(settings)
+    assert changelog not in admin.list_topics(timeout=10).topics
+    names = ensure_topics(settings)
+    assert changelog not in names  # (the topics a user writes or reads)
+    topic = admin.list_topics(timeout=10).topics[changelog]
+    assert len(topic.partitions) == settings.partitions
+    got = configs(admin, changelog)
+    assert got["cleanup.policy"] == "compact"
+    assert int(got["max.message.bytes"]) == state_record_limit(settings)
+    ensure_topics(settings)  # again: nothing to do, no error
+
+
 def test_replication_settings_reach_every_topic(kafka_broker: Any, tmp_path: Path) -> None:
     settings = Settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"p{uuid.uuid4().hex[:8]}.", home=tmp_path,
                         partitions=1, topic_min_insync_replicas=1)
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
-    names = ensure_topics(settings)
+    names = [*ensure_topics(settings), changelog_topic(settings)]
     for name in names:
         assert configs(admin, name)["min.insync.replicas"] == "1", name
     md = admin.list_topics(timeout=10)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from rewardflow_streams.recovery import RecoveryWatch, Snapshot
+from typing import NamedTuple
+
+from rewardflow_streams.recovery import RecoveryWatch, Snapshot, unrestored
+
+
+class TP(NamedTuple):
+    topic: str
+    partition: int
 
 
 def snap(now: float, *, in_recovery: bool = True, started: float | None = 100.0, remaining: dict[str, int] | None = None,
@@ -66,3 +73,11 @@ def test_a_partition_sought_back_is_judged_again_from_then_until_the_recovery_en
     assert w.observe(snap(121, remaining={"c-0": 7})).stalled == ["c-0"]  # still nothing: stalled again
     w.observe(snap(125, in_recovery=False))
     assert not w.nudged("c-0")  # a later recovery starts afresh
+
+
+def test_raw_partitions_assigned_without_their_changelog_partition_are_named() -> None:
+    full = [TP("raw", 0), TP("raw", 3), TP("log", 0), TP("log", 3), TP("log", 5)]  # 5: a standby
+    assert unrestored(full, "raw", "log") == set()
+    assert unrestored([TP("raw", 0), TP("raw", 3), TP("log", 3), TP("other", 0)], "raw", "log") == {0}
+    assert unrestored(iter([TP("raw", 1), TP("raw", 2)]), "raw", "log") == {1, 2}  # a leader that knew no changelog
+    assert unrestored([], "raw", "log") == set()

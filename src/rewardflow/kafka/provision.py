@@ -70,19 +70,30 @@ def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create the raw and output topics with ``settings.partitions``; return their names.
+    """Create the raw and output topics and the worker's changelog with ``settings.partitions``; return
+    the names of the raw and output topics.
 
     Existing topics get the configs :func:`topic_configs` requires (a record size limit is only ever
-    raised), and so does the worker's changelog once Faust has created it: its size limit, and
-    ``cleanup.policy=compact`` alone (a ``delete`` policy would drop session state after its
-    retention, so a takeover would restore less than the worker had).
+    raised), and so does the changelog: its size limit, and ``cleanup.policy=compact`` alone (a
+    ``delete`` policy would drop session state after its retention, so a takeover would restore less
+    than the worker had).
+
+    The changelog is created here, before any worker starts, rather than by Faust at a worker's
+    start: Faust's group leader hands each raw partition's changelog partition to its owner only
+    when the leader's consumer metadata holds the changelog topic, and a consumer that subscribed
+    before the topic existed learns of it at its next metadata refresh (minutes later). A member
+    that joined meanwhile was given raw partitions without their changelog, and so processed them
+    from empty state.
     """
     names = [settings.topic(n) for n in ALL_TOPICS]
-    configs = topic_configs(settings)
+    changelog = changelog_topic(settings)
+    configs = {**topic_configs(settings), changelog: {
+        "max.message.bytes": str(state_record_limit(settings)), "cleanup.policy": "compact",
+        **({"min.insync.replicas": str(settings.topic_min_insync_replicas)} if settings.topic_min_insync_replicas else {})}}
     client = AdminClient(settings.kafka_client_config())
     new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=settings.topic_replication_factor,
                     config=configs.get(n, {}))
-           for n in names]
+           for n in (*names, changelog)]
     existing = []
     for name, fut in client.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
         try:
@@ -92,14 +103,8 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise RuntimeError(f"cannot create topic {name!r}: {exc}") from None
             existing.append(name)
-    wanted = {n: c for n, c in configs.items() if n in existing}
-    changelog = changelog_topic(settings)
-    if changelog in client.list_topics(timeout=timeout).topics:
-        wanted[changelog] = {"max.message.bytes": str(state_record_limit(settings)), "cleanup.policy": "compact",
-                             **({"min.insync.replicas": str(settings.topic_min_insync_replicas)}
-                                if settings.topic_min_insync_replicas else {})}
-    _apply_configs(client, wanted, timeout)
-    _wait_visible(client, names, timeout)
+    _apply_configs(client, {n: c for n, c in configs.items() if n in existing}, timeout)
+    _wait_visible(client, [*names, changelog], timeout)
     return names
 
 
