@@ -346,8 +346,9 @@ class JoinWorker:
         A raw partition assigned without its changelog partition would be processed from empty
         state (:func:`~rewardflow_streams.recovery.unrestored`): none of its records is processed,
         and the worker leaves the group."""
-        self._unrestored = unrestored(assigned, self.raw_topic.get_topic_name(),
-                                      self.table.changelog_topic.get_topic_name())
+        changelog = self.table.changelog_topic.get_topic_name()
+        self._unrestored = unrestored(self.faults.assignment(assigned, changelog), self.raw_topic.get_topic_name(),
+                                      changelog)
         if self._unrestored and not self.exit_code:
             self._leave(f"raw partition(s) {', '.join(map(str, sorted(self._unrestored)))} were assigned without "
                         "their changelog partitions (the group leader's metadata lacks the changelog topic), so "

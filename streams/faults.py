@@ -23,6 +23,9 @@ can prove the worker survives it:
   fetched, and Faust's fetch loop drops them as already read;
 * ``RF_FAULT_STALE_CHANGELOG_READ=<marker path>``: the same for the changelog partitions, right
   after a recovery's seek, so the recovery receives nothing though records are fetched;
+* ``RF_FAULT_NO_CHANGELOG=<marker path>``: while the marker does not exist, the first process to
+  be assigned partitions creates it and sees its assignment without the changelog partitions, as a
+  member does whose group leader's metadata lacked the changelog topic;
 * ``RF_FAULT_CRASH=<marker path>``: while the marker does not exist, the first process to start
   its agent creates it and one of Faust's background tasks raises, as a changelog topic's
   creation did when a rebalance hit a starting worker (Faust marks the app crashed, logs it and
@@ -64,6 +67,7 @@ class Faults:
     stale_read_marker: str = ""
     stale_changelog_marker: str = ""
     crash_marker: str = ""
+    no_changelog_marker: str = ""
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -80,7 +84,18 @@ class Faults:
             stale_read_marker=env.get("RF_FAULT_STALE_READ", ""),
             stale_changelog_marker=env.get("RF_FAULT_STALE_CHANGELOG_READ", ""),
             crash_marker=env.get("RF_FAULT_CRASH", ""),
+            no_changelog_marker=env.get("RF_FAULT_NO_CHANGELOG", ""),
         )
+
+    def assignment(self, assigned: Any, changelog_topic: str) -> Any:
+        """``RF_FAULT_NO_CHANGELOG``: ``assigned`` without its changelog partitions (once, in the first process)."""
+        marker = self.no_changelog_marker
+        if not marker or os.path.exists(marker):
+            return assigned
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        log.warning("fault hook: this assignment is seen without its changelog partitions")
+        return {tp for tp in assigned if tp.topic != changelog_topic}
 
     def crash(self, app: Any) -> None:
         """``RF_FAULT_CRASH``: a task of one of the app's services raises (once, in the first process)."""

@@ -5,8 +5,10 @@ The worker processes the first part of the workload, stops, and starts again wit
 ``RF_FAULT_STALL_RECOVERY`` never resumes its changelog partitions, so its recovery waits for
 events that never come (as Faust's recoveries sometimes do after a rebalance), or
 ``RF_FAULT_STALL_RAW`` never resumes its raw partitions, so the records sent meanwhile are never
-processed. With ``REWARDFLOW_WORKER_STALL_TIMEOUT_S=5`` it must stop itself within seconds with
-exit code 75 (a supervisor such as ``rewardflow run`` starts it again: tests/test_children.py).
+processed; or ``RF_FAULT_NO_CHANGELOG`` shows it its assignment without the changelog partitions
+(as from a group leader whose metadata lacked the changelog topic), and it must process none of
+those raw partitions' records from empty state. With ``REWARDFLOW_WORKER_STALL_TIMEOUT_S=5`` it must
+stop itself within seconds (at once without the changelog) with exit code 75 (a supervisor such as ``rewardflow run`` starts it again: tests/test_children.py).
 Started again (a hook fires once), it restores the state and finishes the stream; ClickHouse must
 then hold exactly what the pure core computes.
 """
@@ -18,7 +20,9 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from rewardflow.kafka import topics as T
 from rewardflow_streams.recovery import EXIT_RECOVERY_STALLED
 from tests.fault.pipeline import feed, wait_drained
 from tests.fault.verify import check, collect
@@ -39,6 +43,16 @@ def _first_half_then_stop(d: Any, ch_db: Any, stack: contextlib.ExitStack) -> tu
     return workload, sink, sender, chunks
 
 
+def _raw_committed(settings: Any) -> list[int]:
+    """The worker group's committed offset of each raw partition (negative: none)."""
+    c = Consumer({**settings.kafka_client_config(), "group.id": settings.topic("worker"), "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(settings.topic(T.RAW), p) for p in range(settings.partitions)]
+        return [tp.offset for tp in c.committed(tps, timeout=10)]
+    finally:
+        c.close()
+
+
 def _drain(d: Any, sink: Any) -> float:
     """Seconds until everything sent is stored, the sink and the worker alive throughout."""
     def healthy() -> None:
@@ -49,12 +63,14 @@ def _drain(d: Any, sink: Any) -> float:
 
 
 @pytest.mark.parametrize(("hook", "says"), [("RF_FAULT_STALL_RECOVERY", "changelog recovery stalled"),
-                                            ("RF_FAULT_STALL_RAW", "have records to process")])
+                                            ("RF_FAULT_STALL_RAW", "have records to process"),
+                                            ("RF_FAULT_NO_CHANGELOG", "were assigned without their changelog")])
 def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
         hook: str, says: str, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
     d = deployment(worker_stall_timeout_s=STALL_S)
     workload, sink, sender, chunks = _first_half_then_stop(d, ch_db, stack)
     marker = d.workdir / "stall.marker"
+    before = _raw_committed(d.settings)
     d.worker.env[hook] = str(marker)
     started = time.monotonic()
     d.worker.start()
@@ -65,6 +81,7 @@ def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
     assert marker.exists(), log[-3000:]
     assert code == EXIT_RECOVERY_STALLED, log[-3000:]
     assert says in log and "exiting 75" in log
+    assert _raw_committed(d.settings) == before  # it processed nothing: no record of the second half committed
     d.worker.argv += ["--log-level", "INFO"]  # the recovery's timing is logged at INFO
     d.worker.restart(60)  # the hook fired once: this start restores normally
     sender.finish()
