@@ -70,7 +70,7 @@ def distinct(out: OutputCollector) -> dict[str, dict[str, list[dict[str, Any]]]]
 
 @pytest.mark.kafka
 def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_run(deploy: Any) -> None:
-    d = deploy(worker_batch_records=40)  # the backlog takes ~20 batches: the kill lands between two
+    d = deploy(worker_batch_records=10)  # the backlog takes ~80 batches, each confirmed: the kill lands between two
     hz, rng, n_specs = list(d.settings.horizons_s), random.Random(3), 2
     records, turns = session_records(rng, range(40), 8, T0, hz)
     records, late, n_resent = with_late_and_resent(records, 10)
