@@ -170,6 +170,45 @@ def scalar(reader: RemoteReader, sql: str) -> int:
     return int(reader.query_arrow(sql).column(0)[0].as_py())
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used so far; 0 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (every core, anything but idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuLedger:
+    """Where the machine's CPU went over a pipeline run: the workers, the ``rewardflow run`` process
+    (sink, embedded engine, read API), and the rest (the broker, this benchmark's polling, the host)."""
+
+    def __init__(self, run_pid: int) -> None:
+        self.run_pid = run_pid
+        self.worker_cpu: dict[int, float] = {}
+        self.machine0 = machine_busy_seconds()
+
+    def sample(self) -> None:
+        """Keep each worker's CPU so far (call while polling: a worker that exits keeps its last reading)."""
+        for w in worker_pids(self.run_pid):
+            self.worker_cpu[w] = max(self.worker_cpu.get(w, 0.0), cpu_seconds(w))
+
+    def totals(self, n_events: int, seconds: float) -> dict[str, float]:
+        self.sample()
+        machine = machine_busy_seconds() - self.machine0
+        workers, run = sum(self.worker_cpu.values()), cpu_seconds(self.run_pid)
+        return {"machine_s": machine, "cores_busy": machine / seconds, "workers_s": workers, "run_s": run,
+                "rest_s": max(0.0, machine - workers - run), "us_per_event": machine / n_events * 1e6,
+                "worker_us_per_event": workers / n_events * 1e6, "run_us_per_event": run / n_events * 1e6}
+
+
 def worker_pids(pid: int) -> list[int]:
     """The stream worker processes ``rewardflow run`` (``pid``) supervises."""
     out = []
@@ -233,6 +272,7 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
     run.start()
     assert run.proc is not None
     proc = run.proc
+    cpu = CpuLedger(proc.pid)
     url = f"http://{settings.web_host}:{settings.web_port}"
     out: dict[str, Any] = {"pid": proc.pid, "log": str(run.log_path)}
     try:
@@ -265,7 +305,9 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
             if count and t_first is None:
                 t_first = time.perf_counter()
             max_rss = max(max_rss, proc_status(proc.pid, "VmRSS") or 0.0)
+            cpu.sample()
         t_done = time.perf_counter()
+        out["cpu"] = cpu.totals(n_events, t_done - t0)
         out.update(seconds=t_done - t0, startup_seconds=t_ready - t0,
                    events_s=n_events / (t_done - t0), events_s_after_ready=n_events / (t_done - t_ready),
                    first_row_after_s=(t_first or t_done) - t0)
@@ -409,6 +451,7 @@ def summarise(size: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     m = {k: med([r[k] for r in runs]) for k in ("events_s", "events_s_after_ready", "floor_events_s", "fresh_p50_s",
                                                 "fresh_p99_s", "fresh_all_p99_s", "peak_rss_mb", "rss_at_ready_mb",
                                                 "finalised_turns", "startup_seconds")}
+    m["cpu"] = {k: med([r["cpu"][k] for r in runs if "cpu" in r]) for k in runs[0].get("cpu", {})}
     m["ratio"] = m["events_s"] / m["floor_events_s"] if m["events_s"] and m["floor_events_s"] else None
     m["ratio_after_ready"] = (m["events_s_after_ready"] / m["floor_events_s"]
                               if m["events_s_after_ready"] and m["floor_events_s"] else None)
@@ -435,6 +478,13 @@ def print_table(report: dict[str, Any]) -> None:
                   f(m["fresh_p99_s"], ".2f"), f(m["finalised_turns"]), f(m["peak_rss_mb"]), f(m["rss_at_ready_mb"]))
     Console(width=200).print(t)
     for s in report["sizes"]:
+        c = s["median"].get("cpu")
+        if c:
+            print(f"CPU, {s['events']:,} events, from start to the last row stored: {f(c['us_per_event'], '.0f')} µs "
+                  f"an event in all, {f(c['cores_busy'], '.2f')} of {report['cpus']} cores busy on average; workers "
+                  f"{f(c['worker_us_per_event'], '.0f')} µs an event, `rewardflow run` (sink, engine, read API) "
+                  f"{f(c['run_us_per_event'], '.0f')} µs, the rest (broker, this benchmark's polling, the host) "
+                  f"{f((c['rest_s'] or 0) / s['events'] * 1e6, '.0f')} µs")
         st = s.get("steady")
         if st:
             print(f"steady state, {s['events']:,} events fed at {st['offered_events_s']:,.0f} events/s "
