@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from rewardflow.kafka import topics as T
+from rewardflow.kafka.provision import changelog_topic
 from rewardflow.settings import Settings, tick_key
 from tests.fault.pipeline import feed, release_admin, restart_stalled, wait_drained
 from tests.fault.verify import check, collect
@@ -37,7 +38,11 @@ STALL_S = 8.0
 
 
 def assignment(settings: Settings) -> dict[str, set[int]]:
-    """member id -> raw partitions it owns, once the group is stable (empty otherwise)."""
+    """member id -> raw partitions it owns, once the group is stable (empty otherwise).
+
+    Members own partitions of the raw topic and the state changelog only: a partition that never
+    holds a record, fetched alone, makes the broker hold the fetch (and the raw partitions' next
+    one) for the consumer's whole fetch wait."""
     admin = AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG)
     group = settings.topic("worker")
     try:
@@ -47,6 +52,8 @@ def assignment(settings: Settings) -> dict[str, set[int]]:
     if str(desc.state).split(".")[-1] != "STABLE":
         return {}
     raw = settings.topic(T.RAW)
+    topics = {tp.topic for m in desc.members for tp in m.assignment.topic_partitions}
+    assert topics <= {raw, changelog_topic(settings)}, f"the workers are assigned partitions of {sorted(topics)}"
     return {m.member_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == raw} for m in desc.members}
 
 
@@ -92,6 +99,9 @@ def test_three_workers_then_one_added_and_one_killed_give_the_rewards_of_one(
     add("worker-c")
     took, first = wait_group(settings, 3, 90, workers)
     rebalances = {"3 members": round(took, 1)}
+    own = [t for t in AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG).list_topics(timeout=10).topics
+           if t.startswith(settings.topic("worker"))]
+    assert own == [changelog_topic(settings)], f"the workers made topics besides their state changelog: {own}"
     workload, sink, sender = feed(d, ch_db, stack, SEED)
 
     chunks = workload.chunks(6)
