@@ -23,6 +23,9 @@ watermarks, late/valid counts) and the seconds spent per stage so far at WARNING
 the batch lines are logged anyway. ``/metrics`` always has the stage seconds
 (``rewardflow_stage_seconds_total{stage=wait|admit|process|encode|confirm}``).
 
+Stalls: :mod:`rewardflow_streams.watch` times each changelog recovery and watches every raw
+partition's progress; a stall it cannot undo makes the worker leave the group (exit 75).
+
 Idle partitions: a timer sends a *tick* record (header ``rf-format: tick``) to
 each idle partition of the raw topic, carrying a watermark that follows the
 wall clock, signed with the deployment's tick key (:mod:`rewardflow.core.ticks`;
@@ -39,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import time
 from typing import Any, cast
 
@@ -50,7 +52,7 @@ from rewardflow.core.config import JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.ticks import TICK, TICK_HEADERS, signed_tick
-from rewardflow.kafka.provision import changelog_topic, dead_letter_record_limit, state_record_limit
+from rewardflow.kafka.provision import changelog_configs, changelog_topic, dead_letter_record_limit, state_record_limit
 from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
@@ -60,10 +62,10 @@ from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
-from rewardflow_streams.recovery import (EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot, stalled_processing,
-                                         unrestored)
+from rewardflow_streams.recovery import unrestored
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
+from rewardflow_streams.watch import WorkerWatch
 
 log = logging.getLogger("rewardflow.streams")
 _TICK_HEADERS = dict(TICK_HEADERS)
@@ -128,15 +130,13 @@ class JoinWorker:
         self.out_names = {name: settings.topic(name)
                           for name in (T.VALID, T.REWARDS, T.WINDOWS, T.DEADLETTERS, T.LATE, T.EXCLUSIONS)}
         # value_type=bytes makes the changelog topic itself "raw" (orjson bytes written by TableStore):
-        # setting table.value_serializer afterwards left recovery decoding the changelog as JSON.
+        # a table.value_serializer set after the table is made leaves recovery decoding it as JSON.
         # The changelog takes the largest state the session limits allow (state_record_limit); the
         # store refuses larger values up front, since a refused changelog send is only logged by Faust.
         changelog_max = state_record_limit(settings)
         self.table = self.app.Table("join-state", default=None, partitions=settings.partitions,
                                     key_type=str, value_type=bytes,
-                                    extra_topic_configs={"max.message.bytes": str(changelog_max), **(
-                                        {"min.insync.replicas": str(settings.topic_min_insync_replicas)}
-                                        if settings.topic_min_insync_replicas else {})})
+                                    extra_topic_configs=changelog_configs(settings))
         self.sender = OutputSender(
             settings.kafka_client_config(), client_id=settings.topic("worker-out"),
             max_message_bytes=max(changelog_max, dead_letter_record_limit(settings)),
@@ -144,7 +144,7 @@ class JoinWorker:
         self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096,
                                 decoded_cache=settings.worker_state_cache)
         self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, settings.kafka_client_config())
-        self._admin: Any = None
+        self._admin_: Any = None
         self._assigned_at = 0
         self._woken: set[int] = set()
         self.faults = Faults.from_env()  # fault hooks of the tests (none unless RF_FAULT_* is set)
@@ -156,14 +156,9 @@ class JoinWorker:
         self._confirming: asyncio.Future[None] | None = None  # the acks of the batch last sent
         bulk.install(self.app.consumer, self.raw_topic.get_topic_name(), self._handle)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
-        self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
-        self._progress: dict[int, float] = {}  # raw partition -> when a record of it was last processed
-        self._resumed: set[int] = set()  # raw partitions resumed by the stall watch since the assignment
+        self.watch = WorkerWatch(self.app, settings, self.metrics, self._gaps, self.raw_topic.get_topic_name(),
+                                 self._broker_committed, self._admin)
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
-        self._live_since = time.monotonic()  # the last assignment, or the end of its recovery
-        self._checked_at = 0.0
-        self.exit_code = 0  # set when the worker stops itself (a stalled recovery)
-        self._restoring_logged = 0.0
         self._watching: asyncio.Task[None] | None = None
         self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
         if web:
@@ -176,7 +171,7 @@ class JoinWorker:
         self.faults.install(self.app.consumer, self.raw_topic.get_topic_name(), changelog_topic(self.settings))
         self.faults.crash(self.app)
         if self._watching is None:  # Faust starts its timers only after a recovery: this one must run during it
-            self._watching = asyncio.ensure_future(self._recovery_loop())
+            self._watching = asyncio.ensure_future(self.watch.run())
         async for event in stream:  # pragma: no cover - a raw record on Faust's route would be acked unprocessed
             log.error("a raw record reached the agent's stream (%s[%d]@%d) instead of the bulk route; exiting "
                       "without commit", event.message.topic, event.message.partition, event.message.offset)
@@ -198,7 +193,7 @@ class JoinWorker:
             if self.faults.skip_raw and self.faults.skipped(m):
                 continue  # as if Faust never delivered it: not acked, so the gap guard must read it again
             by_partition.setdefault(m.partition, []).append(m)
-        self._progress.update(dict.fromkeys(by_partition, time.monotonic()))  # per partition, not per record
+        self.watch.processed(by_partition)  # per partition, not per record
         done = []
         for partition, msgs in by_partition.items():
             result = await self._process(partition, msgs)
@@ -301,11 +296,20 @@ class JoinWorker:
 
     def _broker_committed(self, tps: list[Any]) -> dict[Any, int | None]:
         """The worker group's committed offsets of ``tps`` (:func:`~rewardflow_streams.commits.group_offsets`)."""
+        return group_offsets(self._admin(), self.app.conf.id, tps)
+
+    def _admin(self) -> Any:
+        """The worker's confluent-kafka AdminClient (made at the first call)."""
         from confluent_kafka.admin import AdminClient
 
-        if self._admin is None:
-            self._admin = AdminClient(self.settings.kafka_client_config())
-        return group_offsets(self._admin, self.app.conf.id, tps)
+        if self._admin_ is None:
+            self._admin_ = AdminClient(self.settings.kafka_client_config())
+        return self._admin_
+
+    @property
+    def exit_code(self) -> int:
+        """Nonzero once the worker stopped itself (:meth:`WorkerWatch.leave`): its process's exit code."""
+        return self.watch.exit_code
 
     def _current(self, msgs: list[Any]) -> bool:
         """Whether these messages may be processed now: fetched under the current consumer generation,
@@ -355,125 +359,14 @@ class JoinWorker:
         self._unrestored = unrestored(self.faults.assignment(assigned, changelog), self.raw_topic.get_topic_name(),
                                       changelog)
         if self._unrestored and not self.exit_code:
-            self._leave(f"raw partition(s) {', '.join(map(str, sorted(self._unrestored)))} were assigned without "
+            self.watch.leave(f"raw partition(s) {', '.join(map(str, sorted(self._unrestored)))} were assigned without "
                         "their changelog partitions (the group leader's metadata lacks the changelog topic), so "
                         "their state would not be restored;", stalled=False)
         self.processors.clear()
         self._gaps.reset()
-        self._progress.clear()
-        self._resumed.clear()
-        self._live_since = time.monotonic()
+        self.watch.assigned()
         self._assigned_at = _now_ms()
         self._woken.clear()
-
-    # ------------------------------------------------------------------ recovery
-    async def _recovery_loop(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                await self._watch_recovery()
-            except Exception:  # noqa: BLE001 - the watch must outlive an odd snapshot; the worker goes on
-                log.exception("watching the changelog recovery failed")
-
-    async def _watch_recovery(self) -> None:
-        """Time each changelog recovery, log what is still restoring, and leave the group when one stalls."""
-        now = time.monotonic()
-        seen = self.recovery.observe(snapshot(cast(Any, self.app.tables).recovery, now))
-        self.metrics.restoring = len(seen.restoring)
-        if seen.finished_s is not None:
-            self.metrics.recovered(seen.finished_s)
-            log.info("changelog recovery finished in %.1f s", seen.finished_s)
-        if seen.restoring and now - self._restoring_logged >= 5.0:
-            self._restoring_logged = now
-            log.info("restoring %d partition(s) from the changelog: %s", len(seen.restoring),
-                     ", ".join(f"{tp.partition}: {n} records left" for tp, n in sorted(seen.restoring.items(), key=str)))
-        if seen.restoring or seen.finished_s is not None:
-            self._live_since = now  # processing is judged from the end of the recovery
-        elif not self.exit_code and now - self._checked_at >= 2.0:
-            self._checked_at = now
-            await self._check_processing(now)
-        fresh = [tp for tp in seen.stalled if not self.recovery.nudged(tp)]
-        if fresh and not self.exit_code:
-            await self._reseek_changelog(fresh, now)
-        elif seen.stalled and not self.exit_code:
-            self._leave(f"changelog recovery stalled: partition(s) {', '.join(str(tp.partition) for tp in seen.stalled)} "
-                        "have records left to restore and received nothing, even after a seek back,")
-
-    async def _reseek_changelog(self, tps: list[Any], now: float) -> None:
-        """First remedy for a stalled recovery: seek each partition back to where Faust's recovery stands
-        (its last applied offset, as Faust's own recovery seeks), which also resets Faust's read offset."""
-        consumer, recovery = self.app.consumer, cast(Any, self.app.tables).recovery
-        seen = {tp: fetch_state(consumer, tp) for tp in tps}
-        targets = {tp: max(0, recovery.active_offsets.get(tp, -1)) for tp in tps}
-        consumer.resume_partitions(set(tps))
-        for tp, offset in targets.items():
-            await consumer.seek(tp, offset)
-        self.recovery.nudge(tps, now)
-        self.metrics.counters["stalls_resumed"] += 1
-        log.warning("changelog partition(s) %s have records left to restore and received nothing for %.0f s (%s): "
-                    "sought back to offset(s) %s", ", ".join(str(tp.partition) for tp in tps),
-                    self.settings.worker_stall_timeout_s, "; ".join(f"{tp.partition}: {seen[tp]}" for tp in tps),
-                    ", ".join(str(targets[tp]) for tp in tps))
-
-    async def _check_processing(self, now: float) -> None:
-        """Leave the group when an assigned raw partition has records behind and none processed for the timeout."""
-        raw = self.raw_topic.get_topic_name()
-        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == raw]
-        if not tps or self.app.in_recovery or now - self._live_since < self.settings.worker_stall_timeout_s:
-            return
-        offsets = await asyncio.get_running_loop().run_in_executor(None, self._behind, tps)
-        behind = {p: n for p, (n, _) in offsets.items()}
-        stalled = stalled_processing(now, self._live_since, self._progress, behind, self.settings.worker_stall_timeout_s)
-        fresh = [p for p in stalled if p not in self._resumed]
-        if fresh:  # first remedy: back in the fetch set, and sought to the next offset to process
-            self._resumed.update(fresh)
-            consumer = self.app.consumer
-            stuck = {tp.partition: tp for tp in tps if tp.partition in fresh}
-            seen = {p: fetch_state(consumer, tp, await _position(consumer, tp)) for p, tp in stuck.items()}
-            consumer.resume_partitions(set(stuck.values()))
-            targets = {p: _first(self._gaps.expected(p), offsets[p][1]) for p in stuck}
-            for p, tp in stuck.items():
-                await consumer.seek(tp, targets[p])
-                self._progress[p] = now  # judged again from now
-            log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s (%s): "
-                        "resumed their fetching from offset(s) %s", ", ".join(map(str, fresh)),
-                        ", ".join(str(behind[p]) for p in fresh), self.settings.worker_stall_timeout_s,
-                        "; ".join(f"{p}: {seen[p]}" for p in fresh), ", ".join(str(targets[p]) for p in fresh))
-            self.metrics.counters["stalls_resumed"] += 1
-        elif stalled and not self.exit_code:
-            self._leave(f"raw partition(s) {', '.join(map(str, stalled))} have records to process "
-                        f"({', '.join(str(behind[p]) for p in stalled)}) and none was processed, even after resuming "
-                        "their fetching,")
-
-    def _behind(self, tps: list[Any]) -> dict[int, tuple[int, int]]:
-        """Per raw partition: the records past the group's committed offset, and that offset (one blocking
-        admin round; {} when the broker cannot say)."""
-        from confluent_kafka import TopicPartition
-        import confluent_kafka.admin as kafka_admin
-
-        latest = cast(Any, kafka_admin).OffsetSpec.latest()
-        committed = self._broker_committed(tps)
-        if self._admin is None:
-            return {}
-        try:
-            ends = self._admin.list_offsets({TopicPartition(tp.topic, tp.partition): latest for tp in tps},
-                                            request_timeout=10)
-            end = {k.partition: f.result(timeout=10).offset for k, f in ends.items()}
-        except Exception:  # noqa: BLE001 - unknown this round: nothing is judged stalled
-            return {}
-        return {tp.partition: (end[tp.partition] - (committed[tp] or 0), committed[tp] or 0)
-                for tp in tps if tp.partition in end}
-
-    def _leave(self, why: str, stalled: bool = True) -> None:
-        """Stop cleanly (flush, commit, leave the group) and exit 75, so that a fresh member takes over.
-        ``stalled``: ``why`` lasted the stall timeout (counted in ``recovery_stalls``)."""
-        self.exit_code = EXIT_RECOVERY_STALLED
-        if stalled:
-            self.metrics.counters["recovery_stalls"] += 1
-            why += f" for {self.settings.worker_stall_timeout_s:.0f} s (REWARDFLOW_WORKER_STALL_TIMEOUT_S);"
-        log.error("%s stopping cleanly and exiting %d so that a fresh member of the group takes them over "
-                  "(rewardflow run starts the worker again)", why, EXIT_RECOVERY_STALLED)
-        os.kill(os.getpid(), signal.SIGTERM)  # Faust's graceful stop: flush, commit, leave the group
 
     # ------------------------------------------------------------------ idle clock
     async def _idle_ticks(self) -> None:
@@ -502,19 +395,6 @@ class JoinWorker:
 
     async def _metrics_view(self, request: Any) -> Any:
         return self.app.web.text(self.metrics.prometheus(), content_type="text/plain")
-
-
-async def _position(consumer: Any, tp: Any) -> int | None:
-    """The consumer's fetch position of ``tp``, for a log line; None when it cannot say within 2 s."""
-    try:
-        async with asyncio.timeout(2.0):
-            return cast(int | None, await consumer.position(tp))
-    except Exception:  # noqa: BLE001 - a diagnosis only
-        return None
-
-
-def _first(value: int | None, default: int) -> int:
-    return default if value is None else value
 
 
 def _record_ms(msg: Any) -> int | None:

@@ -55,6 +55,14 @@ def changelog_topic(settings: Settings) -> str:
     return f"{settings.topic('worker')}-join-state-changelog"
 
 
+def changelog_configs(settings: Settings) -> dict[str, str]:
+    """The worker's state changelog's configs: its size limit (:func:`state_record_limit`), and
+    ``cleanup.policy=compact`` alone (a ``delete`` policy would drop session state after its
+    retention, so a takeover would restore less than the worker had)."""
+    isr = {"min.insync.replicas": str(settings.topic_min_insync_replicas)} if settings.topic_min_insync_replicas else {}
+    return {"max.message.bytes": str(state_record_limit(settings)), "cleanup.policy": "compact", **isr}
+
+
 def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
     """Topic name -> the configs it needs beyond the broker defaults.
 
@@ -74,9 +82,7 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     the names of the raw and output topics.
 
     Existing topics get the configs :func:`topic_configs` requires (a record size limit is only ever
-    raised), and so does the changelog: its size limit, and ``cleanup.policy=compact`` alone (a
-    ``delete`` policy would drop session state after its retention, so a takeover would restore less
-    than the worker had).
+    raised), and so does the changelog (:func:`changelog_configs`).
 
     The changelog is created here, before any worker starts, rather than by Faust at a worker's
     start: Faust's group leader hands each raw partition's changelog partition to its owner only
@@ -87,9 +93,7 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     """
     names = [settings.topic(n) for n in ALL_TOPICS]
     changelog = changelog_topic(settings)
-    configs = {**topic_configs(settings), changelog: {
-        "max.message.bytes": str(state_record_limit(settings)), "cleanup.policy": "compact",
-        **({"min.insync.replicas": str(settings.topic_min_insync_replicas)} if settings.topic_min_insync_replicas else {})}}
+    configs = {**topic_configs(settings), changelog: changelog_configs(settings)}
     client = AdminClient(settings.kafka_client_config())
     new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=settings.topic_replication_factor,
                     config=configs.get(n, {}))
