@@ -122,6 +122,23 @@ def test_prune_holds_tombstones_pruned_at_an_uncommitted_offset_until_the_commit
     assert s.held == {} and len(orjson.loads(s.to_json())) == 6  # no held part written when empty
 
 
+def test_pruning_the_oldest_tombstones_cuts_the_kept_encoding_and_held_ones_keep_theirs() -> None:
+    done = {f"r{i}": Tombstone(T0 + i * 1000, i, T0 + i * 100, None, None, T0 + i) for i in range(5)}
+    s = SessionState("s1", 0, done=dict(done))
+    s.to_json()
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=7, offset=9)  # r0, r1: the oldest, held
+    assert s._done_json is not None and s._done_json[0] is s.done  # cut from the kept bytes, not encoded anew
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+    held = s._held_json
+    assert held is not None and list(s.held) == ["r0", "r1"]
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=8, offset=9)  # nothing to drop from held
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS) and s._held_json is held  # reused
+    s.finalise("r9", Tombstone(T0, 9, T0 - 50, None, None, T0))  # an old one last: a prune leaves a gap
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=8, offset=10)
+    assert list(s.done) == ["r2", "r3", "r4"] and list(s.held) == ["r0", "r1", "r9"]
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+
+
 _ops = st.lists(st.one_of(
     st.tuples(st.just("seen"), st.integers(0, 30), _ts),        # note_seen (a new id, or one seen before)
     st.tuples(st.just("finalise"), st.integers(0, 30), _ts),    # finalise (a new turn, or a replaced tombstone)

@@ -91,9 +91,10 @@ class SessionState:
     # whether ``seen`` is in event-time order, oldest first (None: not known), and then its newest ts
     _seen_sorted: bool | None = field(default=None, repr=False, compare=False)
     _seen_top: int = field(default=0, repr=False, compare=False)
-    # to_json's encodings of seen and done: (the dict encoded, its length then, the bytes); never persisted
+    # to_json's encodings of seen, done and held: (the dict encoded, its length then, the bytes); never persisted
     _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
     _done_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
+    _held_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
     # [turns, events] of the open turns and of every tombstone in ``done`` (never below what
     # :meth:`live_load` counts), and the (watermark, closed-through) it was last made exact at
     _load: list[int] | None = field(default=None, repr=False, compare=False)
@@ -187,17 +188,27 @@ class SessionState:
             for t in done.values():
                 if t.wm < limit and t.served_ts < closed_through:  # something to drop: filter (keeps order)
                     kept: dict[str, Tombstone] = {}
+                    dropped: list[str] = []
+                    first = True  # every dropped tombstone comes before every kept one
                     for k, x in done.items():
                         if x.wm >= limit or x.served_ts >= closed_through:
                             kept[k] = x
-                        elif keep_offset is not None and offset >= keep_offset:
+                            continue
+                        dropped.append(k)
+                        first = first and not kept
+                        if keep_offset is not None and offset >= keep_offset:
+                            if k in self.held:
+                                self._held_json = None  # a value replaced in place: encode anew
                             self.held[k] = (offset, x)
+                    self._done_json = _without_prefix(self._done_json, done, kept, dropped) if first else None
                     self.done = done = kept
-                    self._done_json = None
                     self._load = None
                     break
         if self.held and keep_offset is not None:
-            self.held = {k: h for k, h in self.held.items() if h[0] >= keep_offset}
+            for h in self.held.values():
+                if h[0] < keep_offset:  # something to drop (otherwise the dict, and its encoding, stay)
+                    self.held = {k: h for k, h in self.held.items() if h[0] >= keep_offset}
+                    break
         if self.seen:
             limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
             for turn in self.turns.values():  # an open turn's events must stay known, or a resend would count twice
@@ -304,13 +315,13 @@ class SessionState:
         """``orjson.dumps(obj, option=JSON_OPTS)`` byte for byte, where ``obj`` is :meth:`to_obj`'s
         value now (pass it when already made).
 
-        Each turn keeps its encoding until it changes (:meth:`TurnState.encoded`). ``seen`` and
-        ``done`` keep their last encoding: unchanged, it is reused; grown by new keys
+        Each turn keeps its encoding until it changes (:meth:`TurnState.encoded`). ``seen``,
+        ``done`` and ``held`` keep their last encoding: unchanged, it is reused; grown by new keys
         (dicts keep insertion order, so they are at the end), only those are encoded and appended.
         Every other change must go through :meth:`note_seen`, :meth:`finalise` (which drop the
         encoding when they overwrite a key) or :meth:`prune` (which replaces a dict, or cuts from
-        the kept encoding the oldest ids it drops); as a guard, an encoding is used only for the
-        very dict it was made from, and never when it shrank.
+        the kept encoding the oldest ids or tombstones it drops); as a guard, an encoding is used
+        only for the very dict it was made from, and never when it shrank.
         """
         if obj is None:
             obj = self.to_obj()
@@ -318,8 +329,11 @@ class SessionState:
         d = self._done_json = _encoded(self._done_json, self.done, obj[4])
         head = orjson.dumps(obj[:2], option=JSON_OPTS)  # '[sid,partition]'
         turns = b",".join([t.encoded()[1] for t in self.turns.values()])
-        tail = orjson.dumps(obj[5:], option=JSON_OPTS)  # '[seen_floor]' or '[seen_floor,{held}]'
-        return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", tail[1:]))
+        floor = orjson.dumps(obj[5], option=JSON_OPTS)
+        if len(obj) > 6:  # ...,seen_floor,{held}]
+            h = self._held_json = _encoded(self._held_json, self.held, obj[6])
+            return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b",", h[2], b"]"))
+        return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b"]"))
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> SessionState:
@@ -334,6 +348,19 @@ class SessionState:
             {k: (at, tomb(t)) for k, (at, t) in o[6].items()} if len(o) > 6 else {},
             _seen_min=o[5] if len(o) > 5 else None,
         )
+
+
+def _without_prefix(last: tuple[Any, int, bytes] | None, source: dict[str, Tombstone], kept: dict[str, Tombstone],
+                    dropped: list[str]) -> tuple[Any, int, bytes] | None:
+    """The encoding of ``kept`` (``source`` less its first entries, ``dropped``) cut from ``last``, the
+    encoding of ``source``; None when ``last`` is not that (then :func:`_encoded` encodes anew)."""
+    if last is None or last[0] is not source or last[1] != len(source):
+        return None
+    if not kept:
+        return kept, 0, b"{}"
+    # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
+    head = orjson.dumps({k: source[k].to_obj() for k in dropped}, option=JSON_OPTS)
+    return kept, len(kept), b"{" + last[2][len(head):]
 
 
 def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
