@@ -122,7 +122,9 @@ class JoinWorker:
             broker_commit_interval=1.0,
             broker_max_poll_records=settings.worker_batch_records,  # a fetch is one batch (bulk.py)
             broker_session_timeout=settings.group_session_timeout_s,
-            broker_heartbeat_interval=min(3.0, settings.group_session_timeout_s / 3),
+            # a member learns of a rebalance at its next heartbeat: a worker that joins a running one
+            # (rewardflow run --workers N starts them together; one joins first) waits at most 1 s
+            broker_heartbeat_interval=min(1.0, settings.group_session_timeout_s / 3),
             TableManager=CommitLedger,  # records only the commits the broker confirmed
         )
         self.raw_topic = self.app.topic(settings.topic(T.RAW), partitions=settings.partitions,
