@@ -122,7 +122,7 @@ def test_prune_holds_tombstones_pruned_at_an_uncommitted_offset_until_the_commit
     assert s.held == {} and len(orjson.loads(s.to_json())) == 6  # no held part written when empty
 
 
-def test_pruning_the_oldest_tombstones_cuts_the_kept_encoding_and_held_ones_keep_theirs() -> None:
+def test_pruning_the_oldest_tombstones_cuts_the_kept_encodings_of_done_and_held() -> None:
     done = {f"r{i}": Tombstone(T0 + i * 1000, i, T0 + i * 100, None, None, T0 + i) for i in range(5)}
     s = SessionState("s1", 0, done=dict(done))
     s.to_json()
@@ -136,6 +136,9 @@ def test_pruning_the_oldest_tombstones_cuts_the_kept_encoding_and_held_ones_keep
     s.finalise("r9", Tombstone(T0, 9, T0 - 50, None, None, T0))  # an old one last: a prune leaves a gap
     s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=8, offset=10)
     assert list(s.done) == ["r2", "r3", "r4"] and list(s.held) == ["r0", "r1", "r9"]
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+    s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=10, offset=11)  # the commit passed 9
+    assert list(s.held) == ["r9"] and s._held_json is not None and s._held_json[0] is s.held  # cut, not anew
     assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
 
 

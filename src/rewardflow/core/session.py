@@ -200,14 +200,26 @@ class SessionState:
                             if k in self.held:
                                 self._held_json = None  # a value replaced in place: encode anew
                             self.held[k] = (offset, x)
-                    self._done_json = _without_prefix(self._done_json, done, kept, dropped) if first else None
+                    self._done_json = _without_prefix(self._done_json, done, kept, dropped, Tombstone.to_obj) if first else None
                     self.done = done = kept
                     self._load = None
                     break
         if self.held and keep_offset is not None:
-            for h in self.held.values():
+            holding = self.held
+            for h in holding.values():
                 if h[0] < keep_offset:  # something to drop (otherwise the dict, and its encoding, stay)
-                    self.held = {k: h for k, h in self.held.items() if h[0] >= keep_offset}
+                    kept_held: dict[str, tuple[int, Tombstone]] = {}
+                    gone: list[str] = []
+                    first = True
+                    for k, h in holding.items():
+                        if h[0] >= keep_offset:
+                            kept_held[k] = h
+                        else:
+                            gone.append(k)
+                            first = first and not kept_held
+                    self._held_json = (_without_prefix(self._held_json, holding, kept_held, gone, _held_obj)
+                                       if first else None)
+                    self.held = kept_held
                     break
         if self.seen:
             limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
@@ -308,7 +320,7 @@ class SessionState:
             self.seen_floor() if self.seen else None,
         ]
         if self.held:  # absent when empty (almost always): state written before it reads the same
-            obj.append({k: [at, t.to_obj()] for k, (at, t) in self.held.items()})
+            obj.append({k: _held_obj(h) for k, h in self.held.items()})
         return obj
 
     def to_json(self, obj: list[Any] | None = None) -> bytes:
@@ -350,16 +362,22 @@ class SessionState:
         )
 
 
-def _without_prefix(last: tuple[Any, int, bytes] | None, source: dict[str, Tombstone], kept: dict[str, Tombstone],
-                    dropped: list[str]) -> tuple[Any, int, bytes] | None:
+def _held_obj(h: tuple[int, Tombstone]) -> list[Any]:
+    """A held tombstone's JSON form: [offset pruned at, tombstone]."""
+    return [h[0], h[1].to_obj()]
+
+
+def _without_prefix(last: tuple[Any, int, bytes] | None, source: dict[str, Any], kept: dict[str, Any],
+                    dropped: list[str], as_obj: Callable[[Any], Any]) -> tuple[Any, int, bytes] | None:
     """The encoding of ``kept`` (``source`` less its first entries, ``dropped``) cut from ``last``, the
-    encoding of ``source``; None when ``last`` is not that (then :func:`_encoded` encodes anew)."""
+    encoding of ``source`` (each value's JSON form is ``as_obj(value)``); None when ``last`` is not
+    that (then :func:`_encoded` encodes anew)."""
     if last is None or last[0] is not source or last[1] != len(source):
         return None
     if not kept:
         return kept, 0, b"{}"
     # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
-    head = orjson.dumps({k: source[k].to_obj() for k in dropped}, option=JSON_OPTS)
+    head = orjson.dumps({k: as_obj(source[k]) for k in dropped}, option=JSON_OPTS)
     return kept, len(kept), b"{" + last[2][len(head):]
 
 
