@@ -266,10 +266,11 @@ class PacedProducer(threading.Thread):
             self.error = exc
 
 
-def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: float, workers: int = 1,
+def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path, timeout: float, workers: int = 1,
                  paced: PacedProducer | None = None) -> dict[str, Any]:
     """Start ``rewardflow run`` and time it until every event is stored; with ``paced``, the raw topic is
-    empty at the start and ``paced`` feeds it once the pipeline is ready (steady state)."""
+    empty at the start and ``paced`` feeds it once the pipeline is ready (steady state). Then wait for
+    the tail of the ``n_turns`` turns to be finalised (see below) and read the counts."""
     run = ChildProcess(settings, workdir / "run.log", [*rewardflow_exe(), "run", "--workers", str(workers)],
                        cwd=workdir, detach=True)
     t0 = time.perf_counter()
@@ -320,9 +321,11 @@ def run_pipeline(settings: Settings, n_events: int, workdir: Path, timeout: floa
             out.update(offered_events_s=paced.rate, producer_seconds=paced.finished_at - paced.started_at,
                        producer_max_behind_s=paced.max_behind_s,
                        drained_after_producer_s=t_done - paced.finished_at)
-        # let the tail of turns finalise (idle clock), until the final rewards stop changing for 4 s
+        # let the tail of turns finalise (idle clock): until every turn has its final reward, or none
+        # finalises for 30 s (the caller then names what is missing); a live feed's tail finalises in
+        # steps seconds apart, on an idle clock slower than a backlog's
         last, stable_since = -1, time.perf_counter()
-        while time.perf_counter() - stable_since < 4.0:
+        while last < n_turns and time.perf_counter() - stable_since < 30.0:
             check()
             time.sleep(0.5)
             final = scalar(reader, "SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0")
@@ -575,7 +578,7 @@ def main() -> None:
                     produce_s = time.perf_counter() - t_p
                 else:
                     paced = PacedProducer(bootstrap, settings.topic(T.RAW), records, record_sizes, rate)
-                w = run_pipeline(settings, size, workdir, args.timeout, args.workers, paced)
+                w = run_pipeline(settings, size, n_turns, workdir, args.timeout, args.workers, paced)
                 fresh = freshness(reward_timestamps(settings), w.pop("inserted"))
                 db = f"floor_{uuid.uuid4().hex[:10]}"
                 owner.command(create_database(db))
