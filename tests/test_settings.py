@@ -56,7 +56,7 @@ def test_worker_and_sink_take_the_group_session_timeout() -> None:
 
     s = Settings(group_session_timeout_s=12.0)
     conf = JoinWorker(s, web=False).app.conf
-    assert (conf.broker_session_timeout, conf.broker_heartbeat_interval) == (12.0, 3.0)
+    assert (conf.broker_session_timeout, conf.broker_heartbeat_interval) == (12.0, 1.0)  # heartbeats every second: a rebalance is noticed within one
     assert consumer_config(s, "g")["session.timeout.ms"] == 12_000
 
 
