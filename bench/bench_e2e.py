@@ -350,9 +350,11 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         run.stop(60)
 
 
-def _from_start(bootstrap: str, topic: str, partitions: int) -> tuple[Consumer, dict[int, int]]:
+def _from_start(bootstrap: str, topic: str) -> tuple[Consumer, dict[int, int]]:
+    """A consumer assigned every partition of ``topic`` from its start, and each partition's end offset."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
                   "fetch.max.bytes": 52_428_800})
+    partitions = len(c.list_topics(topic, timeout=10).topics[topic].partitions)
     highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in range(partitions)}
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     return c, highs
@@ -360,7 +362,7 @@ def _from_start(bootstrap: str, topic: str, partitions: int) -> tuple[Consumer, 
 
 def reward_timestamps(settings: Settings) -> dict[str, int]:
     """reward_id -> Kafka timestamp (ms) of the record that carried it (first copy)."""
-    c, highs = _from_start(settings.kafka_bootstrap, settings.topic(T.REWARDS), settings.partitions)
+    c, highs = _from_start(settings.kafka_bootstrap, settings.topic(T.REWARDS))
     seen: dict[int, int] = dict.fromkeys(highs, -1)
     ts_of: dict[str, int] = {}
     deadline = time.monotonic() + 120
@@ -415,7 +417,7 @@ def run_floor(settings: Settings, client: Any, n_events: int, batch_rows: int) -
     schema = events_schema()
     names = schema.names
     start = time.perf_counter()
-    c, _ = _from_start(settings.kafka_bootstrap, settings.topic(T.RAW), settings.partitions)
+    c, _ = _from_start(settings.kafka_bootstrap, settings.topic(T.RAW))
     cols: dict[str, list[Any]] = {n: [] for n in names}
     done = 0
 
