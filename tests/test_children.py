@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rewardflow.children import WorkerSupervisor, settings_env
+from rewardflow.children import WorkerSupervisor, default_worker_count, settings_env, worker_metrics_ports
 from rewardflow.kafka_local.ports import free_ports, port_is_free
 from rewardflow.settings import Settings
 
@@ -61,9 +61,27 @@ def test_settings_reach_the_workers_with_their_own_metrics_port(tmp_path: Path) 
     for p in sup.procs:
         assert p is not None and p.wait(10) == 0
     assert sup.stop() == 0
-    for i in range(2):
-        assert (tmp_path / f"env{settings.web_port + 1 + i}").read_text() == "5"
+    for port in worker_metrics_ports(settings, 2):
+        assert (tmp_path / f"env{port}").read_text() == "5"
     assert settings_env(settings)["REWARDFLOW_PARTITIONS"] == "5"
+
+
+def test_worker_metrics_ports_follow_the_web_port_and_skip_the_edge(tmp_path: Path) -> None:
+    """With the default ports, `rewardflow run --collect` and two workers fit: worker 1 does not take the edge's port."""
+    settings = Settings(home=tmp_path)
+    assert (settings.web_port, settings.collect_port) == (16066, 16068)
+    assert worker_metrics_ports(settings, 3) == [16067, 16069, 16070]
+    assert worker_metrics_ports(Settings(home=tmp_path, web_port=20000), 2) == [20001, 20002]
+    assert worker_metrics_ports(Settings(home=tmp_path, web_port=65533, collect_port=65534), 1) == [65535]
+    with pytest.raises(ValueError, match="lower it"):
+        worker_metrics_ports(Settings(home=tmp_path, web_port=65533, collect_port=65534), 2)
+
+
+def test_run_starts_a_worker_per_core_bounded_by_the_partitions(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert default_worker_count(Settings(home=tmp_path, partitions=1)) == 1
+    assert default_worker_count(Settings(home=tmp_path, partitions=1024)) == cores
+    assert default_worker_count(Settings(home=tmp_path, partitions=2)) == min(2, cores)
 
 
 @pytest.mark.kafka

@@ -6,7 +6,8 @@ that started it.
 
 :class:`WorkerSupervisor` runs ``count`` stream worker processes of one consumer group for
 ``rewardflow run``. They write to this process's standard output and error (one log stream, each
-line naming its process id), serve Prometheus metrics on ``web_port + 1 + i``, and start in a
+line naming its process id), serve Prometheus metrics on the ports after ``web_port``
+(:func:`worker_metrics_ports`), and start in a
 session of their own, so a terminal's Ctrl-C reaches only the supervisor, which then stops them in
 order. A worker that exits while it should run is restarted; after ``max_restarts`` exits within
 ``restart_window_s`` the supervisor gives up and says why (:meth:`WorkerSupervisor.check`).
@@ -65,6 +66,29 @@ def parent_death_signal() -> Callable[[], None] | None:
     return preexec
 
 
+def default_worker_count(settings: Settings) -> int:
+    """Workers ``rewardflow run`` starts unless told: one per core this process may run on, at most one
+    per partition (a worker beyond the partitions would idle as a spare)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, settings.partitions))
+
+
+def worker_metrics_ports(settings: Settings, count: int) -> list[int]:
+    """The metrics port of worker 0, 1, ... of ``rewardflow run``: the ports after ``web_port``, in order,
+    skipping the edge's ``collect_port`` (so ``--collect`` and several workers fit the defaults).
+    Raises ``ValueError`` when they would run past 65535."""
+    ports: list[int] = []
+    port = settings.web_port + 1
+    while len(ports) < count:
+        if port > 65535:
+            raise ValueError(f"{count} workers need {count} metrics ports after REWARDFLOW_WEB_PORT "
+                             f"({settings.web_port}); lower it")
+        if port != settings.collect_port:
+            ports.append(port)
+        port += 1
+    return ports
+
+
 class WorkerSupervisor:
     def __init__(self, settings: Settings, count: int, *, log_level: str = "INFO", max_restarts: int = 3,
                  restart_window_s: float = 300.0, argv: list[str] | None = None) -> None:
@@ -75,9 +99,11 @@ class WorkerSupervisor:
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._exits: deque[float] = deque()
         self._stopping = False
+        self._ports = worker_metrics_ports(settings, count)
 
     def metrics_port(self, index: int) -> int:
-        return self.settings.web_port + 1 + index
+        """Worker ``index``'s metrics port (:func:`worker_metrics_ports`)."""
+        return self._ports[index]
 
     def start(self) -> WorkerSupervisor:
         for i in range(self.count):

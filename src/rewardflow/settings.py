@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     # --- web / metrics / read endpoint ------------------------------------------------
     web_host: str = Field("127.0.0.1", description="Address of the read endpoint (web_port) and the worker's metrics (web_port + 1).")
     web_port: int = Field(16066, ge=1024, le=65535)
-    worker_metrics_port: int | None = Field(None, ge=1024, le=65535, description="Port of a stream worker's Prometheus metrics (default web_port + 1; `rewardflow run` gives worker i web_port + 1 + i).")
+    worker_metrics_port: int | None = Field(None, ge=1024, le=65535, description="Port of a stream worker's Prometheus metrics (default web_port + 1; `rewardflow run` gives worker i the i-th port after web_port, collect_port skipped).")
     web_tls_certfile: Path | None = Field(None, description="PEM certificate: the read endpoint serves HTTPS.")
     web_tls_keyfile: Path | None = Field(None, description="PEM private key of web_tls_certfile.")
     web_insecure_public: bool = Field(False, description="Serve the read endpoint without TLS on a non-loopback web_host (only behind a TLS proxy on a trusted network).")

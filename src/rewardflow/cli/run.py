@@ -1,7 +1,7 @@
 """``rewardflow run``: stream workers as supervised child processes, the ClickHouse sink in this one.
 
-Each worker is a process of its own (``--workers N``, one consumer group), so a worker and the
-sink, with the embedded engine it owns, use a core each. Their output is this command's output.
+Each worker is a process of its own (``--workers N``, one consumer group; one per core by
+default), so the workers and the sink, with the embedded engine it owns, use every core. Their output is this command's output.
 A worker that exits while it should run is restarted (:class:`~rewardflow.children.WorkerSupervisor`);
 when workers keep exiting, everything stops with one ``error:`` line and exit code 1.
 
@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
+from rewardflow.children import default_worker_count, worker_metrics_ports
 from rewardflow.settings import Settings, load_settings
 
 log = logging.getLogger("rewardflow.run")
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
 
@@ -52,7 +53,11 @@ def ensure_ports_free(settings: Settings, sink: bool, workers: int, collect: boo
     from rewardflow.clickhouse.connect import as_dsn
 
     wanted = [("read endpoint", settings.web_port)] if sink and as_dsn(settings.dsn).embedded else []
-    wanted += [(f"worker {i} metrics", settings.web_port + 1 + i) for i in range(workers)]
+    try:
+        ports = worker_metrics_ports(settings, workers)
+    except ValueError as exc:
+        _fail(str(exc))
+    wanted += [(f"worker {i} metrics", port) for i, port in enumerate(ports)]
     hosts = {"read endpoint": settings.web_host, "collector": settings.collect_host}
     wanted += [("collector", settings.collect_port)] if collect else []
     for what, port in wanted:
@@ -98,9 +103,10 @@ def command(
     start_kafka: bool = typer.Option(False, "--start-kafka", help="Start the project's local Kafka broker if none answers."),
     sink: bool = typer.Option(True, "--sink/--no-sink", help="Run the ClickHouse sink in this process."),
     worker: bool = typer.Option(True, "--worker/--no-worker", help="Run stream workers (child processes of this one)."),
-    workers: int = typer.Option(1, "--workers", min=1, max=64, help="Stream worker processes, one consumer group; "
-                                "worker i serves its metrics on WEB_PORT + 1 + i. More workers on other machines "
-                                "join the same group."),
+    workers: int | None = typer.Option(None, "--workers", min=1, max=64, show_default=False,
+                                       help="Stream worker processes, one consumer group (default: one per core, at "
+                                       "most one per partition). Worker i serves its metrics on the i-th port after "
+                                       "WEB_PORT, skipping COLLECT_PORT. More workers on other machines join the same group."),
     status_interval: float = typer.Option(10.0, help="Seconds between status lines (0 = none)."),
     log_level: str = typer.Option("INFO", help="Python log level."),
     monitor_baseline: str | None = typer.Option(None, help="Baseline checkpoint of the Goodhart monitors "
@@ -113,10 +119,13 @@ def command(
 
     Creates the topics it needs first; the workers start while it applies the migrations. Stops gracefully
     on SIGINT/SIGTERM: flush, commit, exit 0. Metrics: a status line every
-    --status-interval seconds, each worker's Prometheus text at http://WEB_HOST:WEB_PORT+1+i/metrics.
+    --status-interval seconds, each worker's Prometheus text at http://WEB_HOST:PORT/metrics, PORT the
+    i-th port after WEB_PORT (COLLECT_PORT skipped).
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     settings = load_settings()
+    if workers is None:
+        workers = default_worker_count(settings)
     ensure_ports_free(settings, sink, workers if worker else 0, collect)
     ensure_kafka(settings, start_kafka)
     from rewardflow.kafka.provision import ensure_topics
