@@ -1,6 +1,9 @@
 """Sending a simulated stream through the ingestion edge, as agent runners and editor relays do: HTTP
 requests of one org's events (what queued for a client since its last request, up to 500 events,
-several sessions), each org with its own key, retried on 503/429 with the same event ids.
+several sessions), each org with its own key, retried on 503/429 with the same event ids, and sent
+again on a fresh connection when the kept-alive one turns out closed (the edge closes a connection
+idle for 5 s; a request that did reach it is then a redelivery, which the worker excludes as a
+duplicate, never counts twice).
 
 The planted malformed records are sent as a broken client would: a body that is not JSON (400),
 or an event the contract refuses (202 with the event listed as rejected). Both count as refused at
@@ -35,6 +38,7 @@ from rewardflow.sim.generator import SendGroup, Simulator
 
 MAX_GROUPS = 256  # queued send groups one client takes at once
 MAX_EVENTS = 500  # events in one request (the edge's default limit)
+MAX_RECONNECTS = 3  # fresh connections one request may take before the send fails
 
 
 @dataclass
@@ -43,6 +47,7 @@ class EdgeStats:
     refused: int = 0  # planted malformed records the edge refused (a 400 body or a rejected event)
     unexpected: int = 0  # valid events the edge refused (should stay 0)
     retries: int = 0  # requests answered 503 or 429 and sent again
+    reconnects: int = 0  # requests sent again on a fresh connection (the kept-alive one was closed)
     last_ts: int = 0  # the latest event time sent
 
 
@@ -89,10 +94,20 @@ class _Client(threading.Thread):
     def _send(self, conn: http.client.HTTPConnection, key: str, batch: list[SendGroup]) -> None:
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         malformed = batch[0].raw is not None
+        reconnects = 0
         while True:  # sent_at is the client's clock at each attempt, as a real client sets it
-            conn.request("POST", "/v1/events", body=_body(batch), headers=headers)
-            resp = conn.getresponse()
-            doc = orjson.loads(resp.read() or b"{}")
+            try:
+                conn.request("POST", "/v1/events", body=_body(batch), headers=headers)
+                resp = conn.getresponse()
+                doc = orjson.loads(resp.read() or b"{}")
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()  # the next request opens a new connection
+                reconnects += 1
+                if reconnects > MAX_RECONNECTS:
+                    raise
+                with self.lock:
+                    self.stats.reconnects += 1
+                continue
             if resp.status in (429, 503):
                 with self.lock:
                     self.stats.retries += 1
