@@ -85,6 +85,7 @@ from rewardflow.clickhouse.dsn import parse_dsn
 from rewardflow.clickhouse.migrate import migrate
 from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
 from rewardflow.readapi.tokens import read_local_token
+from rewardflow.children import default_worker_count
 from rewardflow.demo.worker_proc import ChildProcess
 from rewardflow.events.validate import to_dict
 
@@ -515,8 +516,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per size (medians reported)")
     ap.add_argument("--quick", action="store_true", help="sizes 5000,15000 and one run each (unless given)")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="stream worker processes (rewardflow run --workers); default: one per core")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="stream worker processes (rewardflow run --workers); default: rewardflow run's, one per "
+                         "core and at most one per partition")
     ap.add_argument("--sessions-per-hour", type=float, default=2_000.0)
     ap.add_argument("--batch-window-ms", type=int, default=1_000,
                     help="a session's events due within this go in one record (1 s: what the SDK's default "
@@ -537,6 +539,8 @@ def main() -> None:
             args.repeat = 1
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
+    if args.workers is None:
+        args.workers = default_worker_count(Settings(partitions=args.partitions))
     tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     broker, bootstrap = None, args.bootstrap
     load_before = os.getloadavg()

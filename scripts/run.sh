@@ -3,7 +3,9 @@
 #   bash scripts/run.sh demo    -> run the main job on local defaults (Kafka from Maven Central + chDB)
 #   bash scripts/run.sh test    -> check generated code, build the TypeScript client (clients/typescript),
 #                                 type-check (mypy --strict over src/ and streams/), then run the test suite
-#                                 (it starts and stops its own Kafka broker)
+#                                 in parallel, one process per core up to 4 (each starts and stops its own
+#                                 Kafka broker; the fault tests run one after another in one of them;
+#                                 arguments go to pytest, e.g. `-n 0` for one process)
 #   bash scripts/run.sh bench   -> run the benchmarks
 #   bash scripts/run.sh <any rewardflow subcommand ...>
 set -euo pipefail
@@ -43,7 +45,8 @@ case "$cmd" in
     (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build)
     echo "==> mypy --strict (src/rewardflow, streams)"
     "$venv/bin/python" -m mypy
-    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
+    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 \
+      -n auto --maxprocesses 4 --dist loadgroup "$@"
     ;;
   bench)
     exec "$venv/bin/rewardflow" bench "$@"

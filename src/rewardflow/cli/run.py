@@ -1,9 +1,10 @@
 """``rewardflow run``: stream workers as supervised child processes, the ClickHouse sink in this one.
 
 Each worker is a process of its own (``--workers N``, one consumer group; one per core by
-default), so the workers and the sink, with the embedded engine it owns, use every core. Their output is this command's output.
-A worker that exits while it should run is restarted (:class:`~rewardflow.children.WorkerSupervisor`);
-when workers keep exiting, everything stops with one ``error:`` line and exit code 1.
+default), so the workers and the sink, with the embedded engine it owns, use every core. Their
+output is this command's output. A worker that exits while it should run is restarted
+(:class:`~rewardflow.children.WorkerSupervisor`); when workers keep exiting, everything stops with
+one ``error:`` line and exit code 1.
 
 Order of shutdown on SIGINT/SIGTERM: the workers stop their agents, flush their producers and
 commit; then the edge (if served) lets requests in flight finish; then the sink flushes its
