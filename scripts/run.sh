@@ -4,8 +4,8 @@
 #   bash scripts/run.sh test    -> check generated code, build the TypeScript client (clients/typescript),
 #                                 type-check (mypy --strict over src/ and streams/), then run the test suite
 #                                 in parallel, one process per core up to 4 (each starts and stops its own
-#                                 Kafka broker; the fault tests run one after another in one of them;
-#                                 arguments go to pytest, e.g. `-n 0` for one process)
+#                                 Kafka broker), then the fault tests (kills, outages) one after another;
+#                                 with arguments, one pytest run of just those (e.g. a path, `-n 2`)
 #   bash scripts/run.sh bench   -> run the benchmarks
 #   bash scripts/run.sh <any rewardflow subcommand ...>
 set -euo pipefail
@@ -45,8 +45,15 @@ case "$cmd" in
     (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build)
     echo "==> mypy --strict (src/rewardflow, streams)"
     "$venv/bin/python" -m mypy
-    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 \
-      -n auto --maxprocesses 4 --dist loadgroup "$@"
+    pytest=("$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15)
+    if [ "$#" -gt 0 ]; then
+      exec "${pytest[@]}" "$@"
+    fi
+    echo "==> tests, in one process per core (up to 4), then the fault-injection tests one after another"
+    rc=0
+    "${pytest[@]}" -n auto --maxprocesses 4 --dist loadgroup -m "not fault" || rc=$?
+    "${pytest[@]}" -m fault || rc=$((rc ? rc : $?))
+    exit "$rc"
     ;;
   bench)
     exec "$venv/bin/rewardflow" bench "$@"
