@@ -4,7 +4,8 @@
 #   bash scripts/run.sh test    -> check generated code, build the TypeScript client (clients/typescript),
 #                                 type-check (mypy --strict over src/ and streams/), then run the test suite
 #                                 in parallel, one process per core up to 4 (each starts and stops its own
-#                                 Kafka broker), then the fault tests (kills, outages) one after another;
+#                                 Kafka broker; a test file's tests run in one of them, in order), then the
+#                                 fault tests (kills, outages) one after another;
 #                                 with arguments, one pytest run of just those (e.g. a path, `-n 2`)
 #   bash scripts/run.sh bench   -> run the benchmarks
 #   bash scripts/run.sh <any rewardflow subcommand ...>
@@ -51,7 +52,7 @@ case "$cmd" in
     fi
     echo "==> tests, in one process per core (up to 4), then the fault-injection tests one after another"
     rc=0
-    "${pytest[@]}" -n auto --maxprocesses 4 --dist loadgroup -m "not fault" || rc=$?
+    "${pytest[@]}" -n auto --maxprocesses 4 --dist loadfile -m "not fault" || rc=$?
     "${pytest[@]}" -m fault || rc=$((rc ? rc : $?))
     exit "$rc"
     ;;

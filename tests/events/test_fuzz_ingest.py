@@ -74,8 +74,6 @@ FUZZ = settings(deadline=None, derandomize=True, database=None,
                                        HealthCheck.filter_too_much])
 PAYLOADS = {"n": 0}
 CODES_SEEN: set[str] = set()
-# the last test checks what the module's fuzz tests fed in total: under pytest-xdist they all run in one process
-pytestmark = pytest.mark.xdist_group("fuzz_ingest")
 MIN_PAYLOADS = 10_000
 
 
