@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from typing import Any, cast
 
@@ -58,7 +57,7 @@ from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
 from rewardflow_streams import bulk
-from rewardflow_streams.commits import CommitLedger, group_offsets, log_starts
+from rewardflow_streams.commits import CommitLedger, group_offsets
 from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
@@ -146,10 +145,8 @@ class JoinWorker:
         )
         self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096,
                                 decoded_cache=settings.worker_state_cache)
-        self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, self._broker_log_starts,
-                              settings.kafka_client_config())
+        self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, settings.kafka_client_config())
         self._admin_: Any = None
-        self._admin_lock = threading.Lock()  # the offset lookups run in threads (GapGuard)
         self._assigned_at = 0
         self._woken: set[int] = set()
         self.faults = Faults.from_env()  # fault hooks of the tests (none unless RF_FAULT_* is set)
@@ -303,18 +300,13 @@ class JoinWorker:
         """The worker group's committed offsets of ``tps`` (:func:`~rewardflow_streams.commits.group_offsets`)."""
         return group_offsets(self._admin(), self.app.conf.id, tps)
 
-    def _broker_log_starts(self, tps: list[Any]) -> dict[Any, int | None]:
-        """The first offset each of ``tps`` still holds (:func:`~rewardflow_streams.commits.log_starts`)."""
-        return log_starts(self._admin(), tps)
-
     def _admin(self) -> Any:
-        """The worker's confluent-kafka AdminClient (made at the first call, from any thread)."""
+        """The worker's confluent-kafka AdminClient (made at the first call)."""
         from confluent_kafka.admin import AdminClient
 
-        with self._admin_lock:
-            if self._admin_ is None:
-                self._admin_ = AdminClient(self.settings.kafka_client_config())
-            return self._admin_
+        if self._admin_ is None:
+            self._admin_ = AdminClient(self.settings.kafka_client_config())
+        return self._admin_
 
     @property
     def exit_code(self) -> int:
