@@ -11,8 +11,10 @@ records are sent.
 Delivery: at-least-once. Output rows and changelog writes go through a librdkafka producer
 (:mod:`rewardflow_streams.sender`); a batch's records are acked only once its outputs and state
 writes are acknowledged, so a committed offset implies they are in Kafka. The next batch is
-processed while they are in flight (one batch at most). An unexpected exception in the core, or
-a refused output send, stops the process (exit 70) without acking the batch. Records Faust's
+processed while they are in flight (one batch at most). Before partitions are revoked, every
+output and state write queued is acknowledged, so the next owner's restore sees them all; a batch
+whose partition a rebalance took while it waited is dropped unprocessed. An unexpected exception
+in the core, or a refused output send, stops the process (exit 70) without acking the batch. Records Faust's
 consumer never delivered are read again (:mod:`rewardflow_streams.gaps`).
 Output rows are split into records of at most ``max_record_bytes`` (at most
 1 MB); dead letters may reach the dead-letter topic's larger limit, so a
@@ -163,6 +165,7 @@ class JoinWorker:
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
         self._watching: asyncio.Task[None] | None = None
         self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
+        self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
         if web:
             self.app.page("/metrics")(cast(Any, self._metrics_view))
 
@@ -261,10 +264,13 @@ class JoinWorker:
             return None
         proc = self._processor(partition)
         timed, mark = self.metrics.time, time.perf_counter()
-        msgs = await self._gaps.admit(proc, partition, msgs)
+        admitted = await self._gaps.admit(proc, partition, msgs)
         timed("admit", time.perf_counter() - mark)
-        if not msgs:
+        # admit may wait on the broker: a rebalance meanwhile revoked the partition, or gave it back
+        # with its state to restore anew, and these messages are stale
+        if not self._current(msgs) or self.processors.get(partition) is not proc or not admitted:
             return None
+        msgs = admitted
         try:
             self.store.partition = partition
             committed = self._committed(msgs[0].tp, partition)
@@ -350,6 +356,17 @@ class JoinWorker:
             proc.last_event_wall = _now_ms()
             self.processors[partition] = proc
         return proc
+
+    async def _on_revoked(self, app: Any, revoked: Any, **_: Any) -> None:
+        """Before partitions are handed over: wait until every output and state write queued so far
+        is acknowledged, as Faust flushes its own producer then. A state write still in flight
+        could otherwise reach the changelog after the next owner restored from it, and replace
+        the state that owner wrote since. A write that fails for good stops the worker (exit 70)."""
+        try:
+            await self.sender.confirm()
+        except SendFailed:
+            log.exception("outputs or state writes were not acknowledged before a rebalance; exiting without commit")
+            os._exit(70)
 
     async def _on_assigned(self, app: Any, assigned: Any, **_: Any) -> None:
         """Any rebalance invalidates derived state: rebuild on each partition's next record.

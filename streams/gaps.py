@@ -39,6 +39,10 @@ were processed), the loss is logged as an error and counted in
 ``max_attempts`` seeks without progress (at most one per ``RESEEK_S`` for the same
 offset: messages queued before a seek keep arriving) the process exits with code 70 without
 committing, rather than skip anything silently.
+
+``admit`` waits on the broker (the start offsets after an assignment, a direct read, a seek). A
+rebalance that comes meanwhile makes its messages stale: it then admits none and keeps nothing
+of what it looked up (the next assignment's lookups start afresh).
 """
 
 from __future__ import annotations
@@ -114,19 +118,29 @@ class GapGuard:
         return self._start.get(partition)
 
     async def admit(self, proc: PartitionProcessor, partition: int, msgs: list[Any]) -> list[Any]:
-        """The messages to process now: all of them, or those before the first hole."""
+        """The messages to process now: all of them, or those before the first hole; none when a
+        rebalance came while it waited on the broker (nothing of the lookup is kept then)."""
         if not msgs:
             return msgs
+        generation = self.app.consumer_generation_id
         nxt = self._next.get(partition)
         if nxt is None:
-            nxt = self._start[partition] = await self._start_offset(msgs[0].tp)
+            start = await self._start_offset(msgs[0].tp)
+            if self.app.consumer_generation_id != generation:
+                return []  # a rebalance meanwhile: the messages are stale, and so may the lookup be
+            nxt = self._start[partition] = start
         self._drop_faust_gaps(msgs[0].tp, nxt)
         admitted: list[Any] = []
         for i, m in enumerate(msgs):
             if m.offset > nxt:
                 filled = await self._read_hole(m, nxt)
+                if self.app.consumer_generation_id != generation:
+                    self._drop_faust_gaps(m.tp, nxt)  # (the hole it registered as done is not done)
+                    return []
                 if filled is None:  # not readable directly: Faust reads them again after a seek
                     await self._hole(partition, nxt, msgs, i)
+                    if self.app.consumer_generation_id != generation:
+                        return []
                     self._delivered(partition, admitted, nxt)
                     return admitted
                 admitted += filled
