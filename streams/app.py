@@ -264,11 +264,15 @@ class JoinWorker:
             return None
         proc = self._processor(partition)
         timed, mark = self.metrics.time, time.perf_counter()
+        generation = self.app.consumer_generation_id
         admitted = await self._gaps.admit(proc, partition, msgs)
         timed("admit", time.perf_counter() - mark)
         # admit may wait on the broker: a rebalance meanwhile revoked the partition, or gave it back
         # with its state to restore anew, and these messages are stale
-        if not self._current(msgs) or self.processors.get(partition) is not proc or not admitted:
+        if self.app.consumer_generation_id != generation or not self.app.flow_control.is_active():
+            self._current(msgs)  # (now False: they are never acked, and it says so)
+            return None
+        if not admitted:
             return None
         msgs = admitted
         try:
