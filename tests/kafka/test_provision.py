@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from rewardflow.kafka import topics as T
@@ -17,8 +19,16 @@ pytestmark = pytest.mark.kafka
 
 
 def configs(admin: AdminClient, topic: str) -> dict[str, str]:
-    (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
-    return {k: v.value for k, v in fut.result(timeout=30).items()}
+    """The topic's configs; a topic made a moment ago is asked for again until the broker knows it."""
+    deadline = time.monotonic() + 30
+    while True:
+        (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+        try:
+            return {k: v.value for k, v in fut.result(timeout=30).items()}
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 def test_an_existing_raw_topic_is_made_to_stamp_broker_time(kafka_broker: Any, tmp_path: Path) -> None:

@@ -116,12 +116,10 @@ def _apply_configs(client: AdminClient, wanted: dict[str, dict[str, str]], timeo
     """Set the ``wanted`` configs of existing topics where they differ (``max.message.bytes`` only upwards)."""
     if not wanted:
         return
-    described = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in wanted])
     alter = []
-    for res, fut in described.items():
-        current = fut.result(timeout=timeout)
+    for name, current in _describe(client, list(wanted), timeout).items():
         changes = []
-        for key, value in wanted[res.name].items():
+        for key, value in wanted[name].items():
             entry = current.get(key)
             have = None if entry is None else entry.value
             if key == "max.message.bytes" and have is not None and int(have) >= int(value):
@@ -129,7 +127,7 @@ def _apply_configs(client: AdminClient, wanted: dict[str, dict[str, str]], timeo
             if have != value:
                 changes.append(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
         if changes:
-            alter.append(ConfigResource(ConfigResource.Type.TOPIC, res.name, incremental_configs=changes))
+            alter.append(ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=changes))
     if not alter:
         return
     for res, fut in client.incremental_alter_configs(alter).items():
@@ -148,14 +146,37 @@ def _wait_configs(client: AdminClient, wanted: dict[str, dict[str, str]], timeou
 
     deadline = time.monotonic() + timeout
     while True:
-        described = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in wanted])
-        stale = [res.name for res, fut in described.items()
-                 if any(fut.result(timeout=timeout).get(k) is None or fut.result(timeout=timeout)[k].value != v
-                        for k, v in wanted[res.name].items())]
+        described = _describe(client, list(wanted), timeout)
+        stale = [name for name, current in described.items()
+                 if any(current.get(k) is None or current[k].value != v for k, v in wanted[name].items())]
         if not stale:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"topic configs not in effect within {timeout:.0f}s: {stale}")
+        time.sleep(0.1)
+
+
+def _describe(client: AdminClient, names: list[str], timeout: float) -> dict[str, dict[str, ConfigEntry]]:
+    """Each topic's configs, as the broker describes them.
+
+    A topic another client created a moment ago may not be in the answering broker's metadata yet
+    (``UNKNOWN_TOPIC_OR_PART``): asked again until ``timeout``, then that error is raised.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got: dict[str, dict[str, ConfigEntry]] = {}
+        for res, fut in client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]).items():
+            try:
+                got[res.name] = fut.result(timeout=timeout)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                unknown = isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if not unknown or time.monotonic() > deadline:
+                    raise RuntimeError(f"cannot describe topic {res.name!r}: {exc}") from None
+        if len(got) == len(names):
+            return got
         time.sleep(0.1)
 
 
