@@ -21,7 +21,8 @@ partition to the highest offset (next offset to read) the broker acknowledged
 for this worker's group; it only grows, and holds nothing for a partition this
 process never committed. It also starts without Faust's one-second pause for tables defined late
 (the worker defines its one table before the app starts). :func:`group_offsets` asks the broker for the group's
-committed offsets (at an assignment, before anything is committed here).
+committed offsets (at an assignment, before anything is committed here), :func:`log_starts` for the
+first offset each partition still holds.
 """
 
 from __future__ import annotations
@@ -76,3 +77,23 @@ def group_offsets(admin: Any, group: str, tps: list[Any]) -> dict[Any, int | Non
     got = {(r.topic, r.partition): r.offset for r in res.topic_partitions}
     offsets = {tp: got.get((tp.topic, tp.partition), -1) for tp in tps}
     return {tp: off if off >= 0 else None for tp, off in offsets.items()}
+
+
+def log_starts(admin: Any, tps: list[Any]) -> dict[Any, int | None]:
+    """The first offset still in the log of each of ``tps`` (Faust ``TP``s), by one blocking admin
+    request over ``admin`` (a confluent-kafka ``AdminClient``, its own connections). None for a
+    partition the broker did not answer for; every one None when it cannot say (the caller asks
+    Faust's consumer instead)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # (re-exported, not declared so)
+
+    earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    req = {TopicPartition(tp.topic, tp.partition): earliest for tp in tps}
+    try:
+        futures = admin.list_offsets(req, request_timeout=10)
+        got = {(k.topic, k.partition): f.result(timeout=10).offset for k, f in futures.items()}
+    except Exception:  # noqa: BLE001 - unknown topic, broker away: the caller falls back
+        log.warning("cannot read the log start offsets of %s from the broker", tps, exc_info=True)
+        return dict.fromkeys(tps)
+    starts = {tp: got.get((tp.topic, tp.partition)) for tp in tps}
+    return {tp: off if off is not None and off >= 0 else None for tp, off in starts.items()}

@@ -89,11 +89,13 @@ class GapGuard:
     """Detects holes in one worker's raw partitions and has Faust read them again."""
 
     def __init__(self, app: Any, metrics: WorkerMetrics, committed_of: Callable[[list[Any]], dict[Any, int | None]],
+                 log_starts_of: Callable[[list[Any]], dict[Any, int | None]],
                  client_config: dict[str, Any], max_attempts: int = 200) -> None:
         self.app, self.metrics, self.max_attempts = app, metrics, max_attempts
         self.no_hole_read = False  # set by the worker from its fault hooks (tests only)
         self._client_config = client_config  # librdkafka settings of the broker, to read holes directly
         self._committed_of = committed_of  # the group's committed offsets of partitions, from the broker
+        self._log_starts_of = log_starts_of  # the first offset each partition still holds, from the broker
         self._looked_up: dict[Any, int] = {}  # start offsets of assigned partitions not delivered yet
         self._attempts: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset Faust should deliver, per partition
@@ -166,7 +168,7 @@ class GapGuard:
         acks of this batch, which Faust takes after the batch's outputs are confirmed.
         """
         tp, got = m.tp, m.offset
-        earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp)
+        earliest = (await self._log_starts([tp])).get(tp)
         if earliest is not None and earliest > expected:
             lost = min(got, earliest) - expected
             self.metrics.counters["offset_gap_records_lost"] += lost
@@ -252,9 +254,9 @@ class GapGuard:
         Asked of the broker: Faust's own ``_committed_offset`` also moves on a commit that failed
         (see :mod:`rewardflow_streams.commits`); it is only the fallback when the broker cannot say.
         The first partition to ask looks up every assigned partition of its topic not delivered
-        yet, in one request each (committed offsets, log starts): asked one by one, the first
-        batch after an assignment waited about 0.5 s per partition. The answers are kept until
-        each partition's first batch, and dropped at the next assignment (``reset``).
+        yet, in one request each (committed offsets, log starts; :meth:`_log_starts`): asked one
+        by one, the first batch after an assignment waited about 0.5 s per partition. The answers
+        are kept until each partition's first batch, and dropped at the next assignment (``reset``).
         """
         start = self._looked_up.pop(tp, None)
         if start is not None:
@@ -263,8 +265,7 @@ class GapGuard:
         assigned = self.app.consumer.assignment()
         tps = [tp, *sorted((t for t in assigned if t.topic == tp.topic and t != tp and t.partition not in self._next),
                            key=lambda t: t.partition)]
-        committed = await asyncio.to_thread(self._committed_of, tps)
-        earliest = await self.app.consumer.earliest_offsets(*tps)
+        committed, earliest = await asyncio.gather(asyncio.to_thread(self._committed_of, tps), self._log_starts(tps))
         faust = getattr(self.app.consumer, "_committed_offset", {})
         found = {}
         for t in tps:
@@ -277,6 +278,21 @@ class GapGuard:
         if self.app.consumer_generation_id == generation:
             self._looked_up.update((t, off) for t, off in found.items() if t != tp)
         return found[tp]
+
+    async def _log_starts(self, tps: list[Any]) -> dict[Any, int | None]:
+        """The first offset each of ``tps`` still holds, asked through the worker's AdminClient;
+        Faust's consumer is asked only for what the broker did not answer there.
+
+        Faust's ``earliest_offsets`` shares its consumer's connection with the fetches, and the
+        broker serves one request of a connection at a time: behind a fetch the broker holds
+        (``fetch_max_wait_ms``, 1.5 s, while the partitions fetched have nothing new), a worker's
+        first batch after an assignment waited 0.5-1.6 s for the answer.
+        """
+        starts = await asyncio.to_thread(self._log_starts_of, tps)
+        missing = [t for t in tps if starts.get(t) is None]
+        if missing:
+            starts.update(await self.app.consumer.earliest_offsets(*missing))
+        return starts
 
     def _drop_faust_gaps(self, tp: Any, expected: int) -> None:
         gaps = getattr(self.app.consumer, "_gap", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from faust.types import TP
 
 from rewardflow_streams.gaps import GapGuard, _Refetched
@@ -40,20 +41,32 @@ class _App:
         self.consumer = _Consumer(self)
 
 
-def _admit(rebalance_during_lookup: bool) -> tuple[list[Any], GapGuard]:
+def _admit(rebalance_during_lookup: bool, broker_answers: bool = False) -> tuple[list[Any], GapGuard]:
+    """``broker_answers``: the log starts come from the worker's AdminClient (else it cannot say,
+    and Faust's consumer is asked)."""
     app = _App(rebalance_during_lookup)
-    guard = GapGuard(app, WorkerMetrics(0.5, 60.0), lambda tps: dict.fromkeys(tps, 5), {})
+
+    def log_starts(tps: list[Any]) -> dict[Any, int | None]:
+        if not broker_answers:
+            return dict.fromkeys(tps)
+        if app.rebalance_during_lookup:
+            app.consumer_generation_id += 1
+        return dict.fromkeys(tps, 0)
+
+    guard = GapGuard(app, WorkerMetrics(0.5, 60.0), lambda tps: dict.fromkeys(tps, 5), log_starts, {})
     msgs = [_Refetched(RAW, offset, b"{}", [], 1) for offset in (5, 6, 7)]
     return asyncio.run(guard.admit(None, 0, msgs)), guard  # type: ignore[arg-type]
 
 
-def test_a_batch_is_admitted_from_the_committed_offset_when_no_rebalance_comes() -> None:
-    admitted, guard = _admit(rebalance_during_lookup=False)
+@pytest.mark.parametrize("broker_answers", [True, False], ids=["admin", "faust-consumer"])
+def test_a_batch_is_admitted_from_the_committed_offset_when_no_rebalance_comes(broker_answers: bool) -> None:
+    admitted, guard = _admit(rebalance_during_lookup=False, broker_answers=broker_answers)
     assert [m.offset for m in admitted] == [5, 6, 7]
     assert guard.start_offset(0) == 5 and guard.expected(0) == 8
 
 
-def test_a_rebalance_during_the_start_offset_lookup_admits_nothing_and_keeps_nothing() -> None:
-    admitted, guard = _admit(rebalance_during_lookup=True)
+@pytest.mark.parametrize("broker_answers", [True, False], ids=["admin", "faust-consumer"])
+def test_a_rebalance_during_the_start_offset_lookup_admits_nothing_and_keeps_nothing(broker_answers: bool) -> None:
+    admitted, guard = _admit(rebalance_during_lookup=True, broker_answers=broker_answers)
     assert admitted == []
     assert guard.start_offset(0) is None and guard.expected(0) is None
