@@ -37,7 +37,7 @@ def test_single_node_kraft_minimum_is_present() -> None:
         "share.coordinator.state.topic.min.isr",
     ):
         assert props[key] == "1", key
-    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert props["group.initial.rebalance.delay.ms"] == "300"  # workers started together form the group once
 
 
 def test_binds_loopback_only() -> None:

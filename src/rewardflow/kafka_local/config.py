@@ -7,8 +7,8 @@ A broker is one combined broker+controller (KRaft) bound to 127.0.0.1 only: alon
 its own quorum), or one node of a local cluster whose ``voters`` (node id, controller port) form
 a static controller quorum. A cluster of three or more replicates every topic three times with
 ``min.insync.replicas=2``, internal topics included, so it keeps taking acknowledged writes with one
-node down. Besides these it uses values that keep a 2-core development box fast: no initial
-rebalance delay, few offsets and share-state partitions, small segments and short retention.
+node down. Besides these it uses values that keep a 2-core development box fast: a short initial
+rebalance delay (300 ms), few offsets and share-state partitions, small segments and short retention.
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ def server_properties(cfg: BrokerConfig) -> dict[str, str]:
         "share.coordinator.state.topic.replication.factor": rf,
         "share.coordinator.state.topic.min.isr": isr,
         "share.coordinator.state.topic.num.partitions": "4",
-        # fast, stable tests
-        "group.initial.rebalance.delay.ms": "0",
+        # the workers of one `rewardflow run` start within ~0.2 s: they form the group together
+        # instead of the second moving partitions from the first (whose uncommitted work is redone)
+        "group.initial.rebalance.delay.ms": "300",
         "num.network.threads": "2",
         "num.io.threads": "4",
         "num.recovery.threads.per.data.dir": "1",
