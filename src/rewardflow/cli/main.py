@@ -24,6 +24,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """(Keeps ``rewardflow <command>`` a group when one command is mounted: see :func:`_mount`.)"""
+
+
 # (module under rewardflow.cli, how it is mounted). Groups are Typer sub-apps
 # exposed as ``app``; single commands expose a function named ``command``.
 _GROUPS = {
@@ -37,16 +44,25 @@ _GROUPS = {
 _COMMANDS = ["emit", "sql", "export", "run", "simulate", "demo", "compare", "audit", "alerts", "bench", "codegen", "collect"]
 
 
-def _mount() -> None:
+def _mount(argv: list[str]) -> None:
+    """Mount the command ``argv`` names, or every command when it names none (``--help``, a typo).
+
+    Importing every command's module takes ~0.6 s (the engine, Arrow, Faust's dependencies); a
+    command mounted alone starts sooner (``rewardflow run`` spawns its workers that much earlier).
+    """
+    named = argv[1] if len(argv) > 1 else ""
+    only = named if named in _GROUPS or named in _COMMANDS else None
     for name, help_text in _GROUPS.items():
-        mod = importlib.import_module(f"rewardflow.cli.{name}")
-        app.add_typer(mod.app, name=name, help=help_text)
+        if only in (None, name):
+            mod = importlib.import_module(f"rewardflow.cli.{name}")
+            app.add_typer(mod.app, name=name, help=help_text)
     for name in _COMMANDS:
-        mod = importlib.import_module(f"rewardflow.cli.{name}")
-        app.command(name=name)(mod.command)
+        if only in (None, name):
+            mod = importlib.import_module(f"rewardflow.cli.{name}")
+            app.command(name=name)(mod.command)
 
 
-_mount()
+_mount(sys.argv)
 
 
 def main() -> None:
