@@ -25,7 +25,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """(Keeps ``rewardflow <command>`` a group when one command is mounted: see :func:`_mount`.)"""
