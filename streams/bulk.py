@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 Handle = Callable[[list[Any]], Awaitable[None]]
-# How long one fetch waits for records. After an assignment, the first fetch often returned
-# nothing after its whole wait though records had arrived meanwhile (the next one had them): with
-# 1 s, a worker's first batch came 1.2-1.4 s after it was ready; with 0.2 s, 0.15-0.4 s.
+# How long one fetch waits for records. The first fetch after an assignment often returns nothing
+# after its whole wait though records arrived meanwhile (the next fetch has them): a short wait
+# bounds that delay (bench/README.md, "After an assignment").
 FETCH_TIMEOUT_S = 0.2
 
 
