@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from rewardflow.kafka import topics as T
 from rewardflow.kafka_local.cluster import LocalCluster
-from rewardflow.kafka_local.ports import free_ports, port_is_free
+from rewardflow.kafka_local.ports import free_ports
 from tests.fault.pipeline import feed, wait_drained
 from tests.fault.verify import check, collect
 from tests.streams.kafka_io import LIBRDKAFKA_LOG
@@ -39,7 +39,7 @@ SEED = 3_303_003
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Started as ``rewardflow kafka up --brokers 3`` would (its own home), and ended with the tests."""
-    base = next(p for p in iter(lambda: free_ports(1)[0], None) if all(port_is_free(p + i) for i in range(1, 6)))
+    base = free_ports(6)[0]  # node i listens on base + 2i, its controller on base + 2i + 1
     c = LocalCluster(tmp_path_factory.mktemp("cluster-home"), base, 3, partitions=4, die_with_parent=True)
     c.up(timeout=180)
     try:

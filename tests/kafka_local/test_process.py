@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from rewardflow.kafka_local.ports import free_ports, port_is_free
+import pytest
+
+from rewardflow.kafka_local import ports as ports_module
+from rewardflow.kafka_local.config import HOST
+from rewardflow.kafka_local.ports import DEFAULT_EPHEMERAL, ephemeral_range, free_ports, port_is_free
 from rewardflow.kafka_local.process import is_broker_process, pid_alive, read_pid, terminate, write_pid
 
 
@@ -44,7 +49,27 @@ def test_terminate_escalates_to_sigkill() -> None:
     child.stdout.close()
 
 
-def test_free_ports_are_distinct_and_free() -> None:
-    a, b = free_ports(2)
-    assert a != b
-    assert port_is_free(a) and port_is_free(b)
+def test_free_ports_are_a_free_block_below_the_ephemeral_range() -> None:
+    ports = free_ports(6)
+    assert ports == list(range(ports[0], ports[0] + 6))
+    assert all(port_is_free(p) for p in ports)
+    assert ports[-1] < ephemeral_range()[0]
+
+
+def test_free_ports_refuse_a_block_with_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    ports = free_ports(3)
+    monkeypatch.setattr(ports_module, "PICK_FROM", ports[0])  # the one block left to pick is ``ports``
+    monkeypatch.setattr(ports_module, "ephemeral_range", lambda: (ports[0] + 4, 60999))
+    assert free_ports(3) == ports
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind((HOST, ports[1]))
+        held.listen()
+        with pytest.raises(OSError, match="no 3 consecutive free ports"):
+            free_ports(3)
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_file(tmp_path: Path) -> None:
+    f = tmp_path / "range"
+    f.write_text("40000\t50000\n")
+    assert ephemeral_range(f) == (40000, 50000)
+    assert ephemeral_range(tmp_path / "missing") == DEFAULT_EPHEMERAL
