@@ -21,7 +21,8 @@ stored format does, and with the batch size (the partition meta key keeps a mark
 (``bench_e2e.make_records``: the SDK's default batching, 1.25 events a record, its
 event time fixed so the digest is stable) and times the core as the worker runs it:
 encoded store, the worker's garbage-collector settings (``rewardflow_streams.main.tune_gc``).
-Its current digests: outputs ``3312eb0d…073a`` (any batch size), state ``d121d215…f927``;
+Its current digests: outputs ``3312eb0d…073a`` (any batch size), state ``56bcb726…3707``
+(default batches; ``d121d215…f927`` with ``--batch-records 4000``);
 with ``--format json`` (the SDK's ``wire_format="json"``): outputs ``768349af…2b21`` (the
 same rows; each stored payload keeps the key order its record was written in), state unchanged.
 
