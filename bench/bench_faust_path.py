@@ -17,7 +17,11 @@ For each run, on a fresh raw topic:
 
 Whatever a worker does beyond the route (the core, state writes, output sends) only adds to it,
 so the route's records/s is a ceiling for a worker at that shape. Prints records/s and events/s,
-the ratio to the floor and the time per record of each, and writes ``bench/results/faust_path.json``.
+the ratio to the floor and the time per record of each, the CPU time per record of each route
+(its process's, threads included, from the first batch to the last record: steadier than the
+wall time on a shared host), and writes ``bench/results/faust_path.json``. Both routes fetch up to
+``REWARDFLOW_WORKER_BATCH_RECORDS`` records at a time, as the worker does. To compare a build of
+``streams/bulk.py`` with another, run the script with ``PYTHONPATH=<the other build's src>``.
 
     python bench/bench_faust_path.py --bootstrap HOST:PORT [--events 100000] [--runs 3] [--partitions 4]
 """
@@ -58,20 +62,24 @@ def child(bootstrap: str, topic: str, records: int, out: Path, route: str) -> No
 
     import faust
 
+    from rewardflow.settings import load_settings
+
+    batch = load_settings().worker_batch_records  # a fetch of up to this many records, as the worker's
     app = faust.App(f"faustpath-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}", store="memory://",
                     web_enabled=False, autodiscover=False, consumer_auto_offset_reset="earliest",
-                    stream_wait_empty=False, broker_commit_interval=1.0, broker_max_poll_records=1000,
+                    stream_wait_empty=False, broker_commit_interval=1.0, broker_max_poll_records=batch,
+                    topic_disable_leader=True,
                     datadir=tempfile.mkdtemp(prefix="faustpath-"))
     raw = app.topic(topic, key_serializer="raw", value_serializer="raw")
-    seen = {"n": 0, "first": 0.0, "last": 0.0, "batches": 0}
+    seen = {"n": 0, "first": 0.0, "last": 0.0, "batches": 0, "cpu_first": 0.0, "cpu": 0.0}
 
     def took(n: int) -> None:
         if not seen["n"]:
-            seen["first"] = time.perf_counter()
+            seen["first"], seen["cpu_first"] = time.perf_counter(), time.process_time()
         seen["n"] += n
         seen["batches"] += 1
         if seen["n"] >= records and not seen["last"]:
-            seen["last"] = time.perf_counter()
+            seen["last"], seen["cpu"] = time.perf_counter(), time.process_time() - seen["cpu_first"]
             out.write_text(json.dumps(seen))
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -103,7 +111,8 @@ def run_faust(bootstrap: str, topic: str, records: int, timeout: float, route: s
     if not out.exists():
         raise SystemExit(f"the Faust child exited {proc.returncode} without a result:\n{proc.stderr[-3000:]}")
     got = json.loads(out.read_text())
-    return {"seconds": got["last"] - got["first"], "batches": got["batches"], "records": got["n"]}
+    return {"seconds": got["last"] - got["first"], "cpu_seconds": got["cpu"], "batches": got["batches"],
+            "records": got["n"]}
 
 
 def run_floor(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, int]:
@@ -167,20 +176,23 @@ def main() -> None:
                "floor_records_s": len(records) / floor_s, "floor_events_s": args.events / floor_s,
                "floor_us_per_record": floor_s / len(records) * 1e6, "load": round(load, 2),
                "bulk_records_s": len(records) / bulk_run["seconds"], "bulk_events_s": args.events / bulk_run["seconds"],
-               "bulk_us_per_record": bulk_run["seconds"] / len(records) * 1e6}
+               "bulk_us_per_record": bulk_run["seconds"] / len(records) * 1e6,
+               "faust_cpu_us_per_record": faust_run["cpu_seconds"] / len(records) * 1e6,
+               "bulk_cpu_us_per_record": bulk_run["cpu_seconds"] / len(records) * 1e6}
         run["ratio"] = run["faust_records_s"] / run["floor_records_s"]
         runs.append(run)
         print(f"  run {i + 1}: Faust's path {run['faust_records_s']:,.0f} records/s = {run['faust_events_s']:,.0f} "
               f"events/s ({run['faust_us_per_record']:.0f} µs/record, {faust_run['batches']} batches); floor "
               f"{run['floor_records_s']:,.0f} records/s ({run['floor_us_per_record']:.0f} µs/record); ratio "
               f"{run['ratio']:.2f}; bulk route {run['bulk_records_s']:,.0f} records/s ({run['bulk_us_per_record']:.0f} "
-              f"µs/record); load {load:.1f}")
+              f"µs/record, {run['bulk_cpu_us_per_record']:.1f} µs of CPU); load {load:.1f}")
         for fut in admin.delete_topics([topic]).values():
             fut.result(timeout=30)
     summary = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(f"median at {args.events / len(records):.2f} events/record: agent route {summary['faust_events_s']:,.0f} "
           f"events/s ({summary['faust_us_per_record']:.0f} µs/record), bulk route {summary['bulk_events_s']:,.0f} "
-          f"events/s ({summary['bulk_us_per_record']:.0f} µs/record)")
+          f"events/s ({summary['bulk_us_per_record']:.0f} µs/record, {summary['bulk_cpu_us_per_record']:.1f} µs of "
+          f"CPU; the agent route {summary['faust_cpu_us_per_record']:.1f})")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
         "events": args.events, "records": len(records), "events_per_record": args.events / len(records),

@@ -5,7 +5,9 @@ awaiting two tasks a record (``Service.wait_first``): at the SDK's record shape 
 worker far below its target (``bench/bench_faust_path.py`` times both routes; figures in
 ``bench/README.md``). :func:`drain` replaces the consumer's fetch loop: the raw
 topic's records of each fetch go to the worker as one batch; every other topic's records (the
-changelog, during a recovery) take Faust's own route, unchanged. Faust keeps the consumer group,
+changelog, during a recovery) take Faust's own route, unchanged. A fetch is taken partition by
+partition (:func:`fetch`), not through ``Consumer.getmany``, whose per-record steps cost about a
+third of the route (``bench/bench_faust_path.py``). Faust keeps the consumer group,
 the subscription (the worker's agent stays subscribed to the raw topic and receives nothing),
 the table, its changelog, recovery, flow control and the commits of what is acked.
 
@@ -21,9 +23,11 @@ exits (:func:`rewardflow_streams.main.exit_on_crash`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+log = logging.getLogger("rewardflow.streams")
 Handle = Callable[[list[Any]], Awaitable[None]]
 # How long one fetch waits for records. The first fetch after an assignment often returns nothing
 # after its whole wait though records arrived meanwhile (the next fetch has them): a short wait
@@ -44,20 +48,35 @@ async def drain(consumer: Any, fetcher: Any, raw_topic: str, handle: Handle) -> 
     """Fetch until the consumer or the fetcher stops; see the module doc."""
     read = consumer._read_offset
     acks_enabled_for = consumer.app.topics.acks_enabled_for
+    to_message = consumer._to_message
+    app = consumer.app
     try:
         while not (consumer.should_stop or fetcher.should_stop):
             batch: list[Any] = []
-            async for tp, message in consumer.getmany(timeout=FETCH_TIMEOUT_S):
-                offset, r_offset = message.offset, read[tp]
-                if r_offset is not None and offset < r_offset:
-                    continue  # read already (Faust's rule)
-                if r_offset and offset - r_offset > 1 and acks_enabled_for(message.topic):
-                    await consumer._add_gap(tp, r_offset + 1, offset)
-                if tp.topic == raw_topic:
-                    batch.append(message)
-                else:
-                    await consumer.wait_first(consumer.callback(message), consumer.suspend_flow.wait())
-                read[tp] = offset
+            fetched, generation = await fetch(consumer, FETCH_TIMEOUT_S)
+            for tp, records in fetched:
+                if not consumer.flow_active or app.consumer_generation_id != generation:
+                    break  # a rebalance began: Faust seeks back to the committed offsets
+                app.monitor.track_tp_end_offset(tp, consumer.highwater(tp))
+                gaps_kept = acks_enabled_for(tp.topic)
+                raw = tp.topic == raw_topic
+                for record in records:
+                    offset, r_offset = record.offset, read[tp]
+                    if r_offset is not None and offset < r_offset:
+                        continue  # read already (Faust's rule)
+                    if r_offset and offset - r_offset > 1 and gaps_kept:
+                        await consumer._add_gap(tp, r_offset + 1, offset)
+                        if not consumer.flow_active or app.consumer_generation_id != generation:
+                            break
+                    message = to_message(tp, record)
+                    if raw:
+                        batch.append(message)
+                        read[tp] = offset
+                    else:
+                        await consumer.wait_first(consumer.callback(message), consumer.suspend_flow.wait())
+                        read[tp] = offset
+                        if not consumer.flow_active or app.consumer_generation_id != generation:
+                            break
             await asyncio.sleep(0)  # a fetch may return at once, again and again: let the loop run
             if batch:
                 await handle(batch)
@@ -67,3 +86,27 @@ async def drain(consumer: Any, fetcher: Any, raw_topic: str, handle: Handle) -> 
     except asyncio.CancelledError:
         if not consumer.app.should_stop:
             raise
+
+
+async def fetch(consumer: Any, timeout: float) -> tuple[list[tuple[Any, list[Any]]], int]:
+    """One fetch's records by partition, as Faust's ``Consumer.getmany`` takes them, and the consumer
+    generation they belong to.
+
+    The same records as ``getmany``: none once the consumer stops; none while the flow is off (Faust
+    seeks back to the committed offsets then); only partitions active or buffered. Not its per-record
+    work: no round-robin across topics (a batch is split by partition anyway), and the flow, the
+    generation and the high watermark are looked at once a partition, not once a record.
+    """
+    records, active = await consumer._wait_next_records(timeout)
+    generation = consumer.app.consumer_generation_id
+    if records is None or consumer.should_stop:
+        return [], generation
+    if not consumer.flow_active:
+        try:
+            await consumer.perform_seek()
+        except Exception as exc:  # noqa: BLE001 - logged as Faust logs it; the next fetch tries again
+            log.warning("exception performing seek when flow not active %s", exc)
+        return [], generation
+    buffered = consumer._buffered_partitions
+    return [(tp, recs) for tp, recs in records.items()
+            if active is None or tp in active or tp in buffered], generation
