@@ -72,6 +72,7 @@ from rewardflow_streams.watch import WorkerWatch
 
 log = logging.getLogger("rewardflow.streams")
 _TICK_HEADERS = dict(TICK_HEADERS)
+_TICK_ITEM = TICK_HEADERS[0]  # in the headers of every tick: a cheap test before record_format's
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
 _MAX_OUTPUT_RECORD = 1_000_000
@@ -248,7 +249,7 @@ class JoinWorker:
         for msgs, out in done:
             if not self._current(msgs):  # a rebalance happened meanwhile: its recovery may miss these writes
                 continue
-            ticks = sum(1 for m in msgs if record_format(m.headers) == TICK)
+            ticks = sum(1 for m in msgs if _TICK_ITEM in (m.headers or ()) and record_format(m.headers) == TICK)
             self.metrics.observe(out, records=len(msgs), ticks=ticks)
         self.metrics.counters["state_reads"] = self.store.reads
         self.metrics.counters["state_decodes"] = self.store.decodes
