@@ -50,13 +50,18 @@ async def drain(consumer: Any, fetcher: Any, raw_topic: str, handle: Handle) -> 
     acks_enabled_for = consumer.app.topics.acks_enabled_for
     to_message = consumer._to_message
     app = consumer.app
+
+    def stale(generation: int) -> bool:
+        """Whether a rebalance began since the fetch (Faust then seeks back to the committed offsets)."""
+        return not consumer.flow_active or app.consumer_generation_id != generation
+
     try:
         while not (consumer.should_stop or fetcher.should_stop):
             batch: list[Any] = []
             fetched, generation = await fetch(consumer, FETCH_TIMEOUT_S)
             for tp, records in fetched:
-                if not consumer.flow_active or app.consumer_generation_id != generation:
-                    break  # a rebalance began: Faust seeks back to the committed offsets
+                if stale(generation):
+                    break
                 app.monitor.track_tp_end_offset(tp, consumer.highwater(tp))
                 gaps_kept = acks_enabled_for(tp.topic)
                 raw = tp.topic == raw_topic
@@ -66,17 +71,16 @@ async def drain(consumer: Any, fetcher: Any, raw_topic: str, handle: Handle) -> 
                         continue  # read already (Faust's rule)
                     if r_offset and offset - r_offset > 1 and gaps_kept:
                         await consumer._add_gap(tp, r_offset + 1, offset)
-                        if not consumer.flow_active or app.consumer_generation_id != generation:
+                        if stale(generation):
                             break
                     message = to_message(tp, record)
                     if raw:
                         batch.append(message)
-                        read[tp] = offset
                     else:
                         await consumer.wait_first(consumer.callback(message), consumer.suspend_flow.wait())
-                        read[tp] = offset
-                        if not consumer.flow_active or app.consumer_generation_id != generation:
-                            break
+                    read[tp] = offset
+                    if not raw and stale(generation):
+                        break
             await asyncio.sleep(0)  # a fetch may return at once, again and again: let the loop run
             if batch:
                 await handle(batch)
