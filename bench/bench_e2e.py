@@ -175,6 +175,27 @@ def scalar(reader: RemoteReader, sql: str) -> int:
     return int(reader.query_arrow(sql).column(0)[0].as_py())
 
 
+def sample_merges(reader: RemoteReader, peaks: dict[str, float]) -> None:
+    """Raise ``peaks[table]`` to the memory (MB) of each merge running now: the engine's share of the
+    peak RSS moves with the size of the parts it merges. A failed query is skipped."""
+    try:
+        got = reader.query_arrow("SELECT table, max(memory_usage) AS m FROM system.merges "
+                                 "WHERE database = currentDatabase() GROUP BY table").to_pydict()
+    except Exception:  # noqa: BLE001 - a sample, not a result
+        return
+    for table, mem in zip(got["table"], got["m"], strict=True):
+        peaks[table] = max(peaks.get(table, 0.0), mem / 2**20)
+
+
+def largest_merge(run: dict[str, Any]) -> str:
+    """`` (largest merge 412 MB, rewards)`` from a run's merge peaks, or '' when no merge was seen."""
+    peaks = run.get("merge_peak_mb") or {}
+    if not peaks:
+        return ""
+    table, mb = next(iter(peaks.items()))
+    return f" (largest merge {mb:,.0f} MB, {table})"
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system, all threads) process ``pid`` has used so far; 0 once it is gone."""
     try:
@@ -296,7 +317,8 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         if paced is not None:
             paced.start()
         reader = RemoteReader(url, token=read_local_token(settings.home), timeout=60)  # (the owner writes it)
-        count, t_first, max_rss = 0, None, 0.0
+        count, t_first, max_rss, polls = 0, None, 0.0, 0
+        merge_mb: dict[str, float] = {}  # the largest memory a running merge took, by table
         while count < n_events:
             check()
             if paced is not None and paced.error is not None:
@@ -312,6 +334,9 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
                 t_first = time.perf_counter()
             max_rss = max(max_rss, proc_status(proc.pid, "VmRSS") or 0.0)
             cpu.sample()
+            polls += 1
+            if polls % 4 == 0:
+                sample_merges(reader, merge_mb)
         t_done = time.perf_counter()
         out["cpu"] = cpu.totals(n_events, t_done - t0)
         out.update(seconds=t_done - t0, startup_seconds=t_ready - t0,
@@ -333,14 +358,16 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
             if final != last:
                 last, stable_since = final, time.perf_counter()
         out["finalised_turns"] = last
+        # the peaks before the checks below: their memory (the distinct event ids) is this benchmark's, not the pipeline's
+        out["peak_rss_mb"] = proc_status(proc.pid, "VmHWM")
+        out["worker_peak_rss_mb"] = max((proc_status(w, "VmHWM") or 0.0 for w in worker_pids(proc.pid)), default=None)
+        out["rss_end_mb"] = proc_status(proc.pid, "VmRSS")
         out["late_rows"] = scalar(reader, "SELECT count() FROM late_events")
         out["orphans"] = scalar(reader, "SELECT uniqExact(exclusion_id) FROM exclusions WHERE reason = 'orphan'")
         out["distinct_events"] = scalar(reader, "SELECT uniqExact(event_id) FROM events")
         out["event_rows"] = scalar(reader, "SELECT count() FROM events")
-        out["peak_rss_mb"] = proc_status(proc.pid, "VmHWM")
-        out["worker_peak_rss_mb"] = max((proc_status(w, "VmHWM") or 0.0 for w in worker_pids(proc.pid)), default=None)
-        out["rss_end_mb"] = proc_status(proc.pid, "VmRSS")
         out["max_sampled_rss_mb"] = max_rss
+        out["merge_peak_mb"] = dict(sorted(merge_mb.items(), key=lambda kv: -kv[1]))
         inserted = reader.query_arrow(
             "SELECT reward_id, provisional, toUnixTimestamp64Micro(_inserted_at) AS ins FROM rewards").to_pydict()
         reader.close()
@@ -617,7 +644,8 @@ def main() -> None:
                       f"{run['startup_seconds']:.1f} s; after ready {run['events_s_after_ready']:,.0f} ev/s)  floor "
                       f"{run['floor_events_s']:,.0f} ev/s  ratio {run['events_s'] / run['floor_events_s']:.2f}  "
                       f"fresh p50/p99 {fresh['p50_s'] or 0:.2f}/{fresh['p99_s'] or 0:.2f} s ({fresh['final_rows']:,} final)  "
-                      f"peak RSS {run['peak_rss_mb'] or 0:,.0f} MB at {run['finalised_turns']:,} finalised turns  "
+                      f"peak RSS {run['peak_rss_mb'] or 0:,.0f} MB at {run['finalised_turns']:,} finalised turns"
+                      f"{largest_merge(run)}  "
                       f"load {run['load_avg_1m']:.1f}", flush=True)
             summary = summarise(size, runs)
             if args.steady:
