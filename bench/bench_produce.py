@@ -211,7 +211,8 @@ def main() -> None:
         "median_sdk_events_s": sdk, "median_raw_events_s": raw, "ratio": sdk / raw,
         "median_raw_per_event_events_s": single,
         "median_budget_us_per_event": budget, "median_encode_only_cold_us": cold, "median_encode_only_warm_us": warm,
-        "config": {k: v for k, v in config.resolve(settings).kafka.items() if "sasl" not in k},
+        "config": {k: v for k, v in config.resolve(settings).kafka.items()  # (not its logger, not credentials)
+                   if "sasl" not in k and isinstance(v, str | int | float | bool)},
         "max_delay_ms": args.max_delay_ms, "python": platform.python_version(), "cpus": os.cpu_count(),
     }, indent=2))
     print(f"\nwrote {RESULTS}")

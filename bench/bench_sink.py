@@ -82,7 +82,7 @@ def reward_row(i: int) -> dict[str, Any]:
         "reward_id": f"{i:032x}", "sample_id": sample, "spec_version": spec, "spec_hash": "9f2c" * 8, "org_id": f"org-{i % 13}",
         "session_id": f"sess-{i // 8:08d}", "checkpoint_id": f"ck-{i % 3}", "experiment_arm": ("control", "treatment")[i % 2],
         "surface": ("agent", "tab", "chat")[i % 3], "served_ts": T0 + i * 37, "finalised_wm": T0 + i * 37 + 960_000,
-        "finalised_by": "watermark", "provisional": 0, "horizon_s": 900, "reward": round((i % 200) / 100 - 1, 3),
+        "finalised_by": "watermark", "provisional": 0, "horizon_s": 900, "revision": 0, "reward": round((i % 200) / 100 - 1, 3),
         "components": {"persist": 0.4, "accept": 0.75, "broken": -0.1}, "latency_ms": 800 + i % 900, "ttft_ms": 90 + i % 50,
         "completion_tokens": 150 + i % 400, "n_edits": i % 4, "n_tool_calls": i % 6, "n_tool_broken": int(i % 17 == 0),
         "n_tool_error": int(i % 11 == 0), "n_clarifying": int(i % 9 == 0), "n_followups": i % 2, "n_dissatisfied": int(i % 7 == 0),
@@ -179,7 +179,7 @@ def run_export_scalars(settings: Settings, db: str) -> float:
     from rewardflow.clickhouse.connect import local_reader
     from rewardflow.trainer.query import duplicates_sql, rewards_sql
 
-    reader = local_reader(parse_dsn(settings.dsn).with_database(db))
+    reader = local_reader(parse_dsn(settings.dsn).with_database(db), settings)
     maps = [f"`{c}`" for c in table_def("rewards").record_columns if table_def("rewards").column(c).type.startswith("Map(")]
     window = {"after": 0, "upto": 2**64 - 1}
     start = time.perf_counter()
