@@ -21,8 +21,8 @@ For each run and each table (``rewards``; ``events`` too with ``--tables rewards
 5. export (rewards only): a snapshot :class:`RewardReader` iterates every row of
    the sink's table as Arrow record batches (``FINAL``, ordered by ``_seq``);
    timed (the table as the sink left it: parts not necessarily merged). For
-   reference, the same read (same plan: duplicate check, then the ``by_seq``
-   projection in ``_seq`` order) without the four Map columns.
+   reference, the same read (same plan: ``FINAL`` over the key columns, then the
+   ``by_seq`` projection in ``_seq`` order) without the four Map columns.
 
 6. export at scale (rewards, ``--export-rows``, default 1M; 0 skips it): the rows are
    inserted with ``insert_arrow`` in ``sink_batch_rows`` slices (the parts the sink
@@ -177,14 +177,12 @@ def run_raw_json(client: Any, table: str, values: list[bytes], per_record: int, 
 def run_export_scalars(settings: Settings, db: str) -> float:
     """Reference: the reader's read of the rewards table (same plan) without its four Map columns."""
     from rewardflow.clickhouse.connect import local_reader
-    from rewardflow.trainer.query import duplicates_sql, rewards_sql
+    from rewardflow.trainer.query import rewards_sql
 
     reader = local_reader(parse_dsn(settings.dsn).with_database(db), settings)
     maps = [f"`{c}`" for c in table_def("rewards").record_columns if table_def("rewards").column(c).type.startswith("Map(")]
-    window = {"after": 0, "upto": 2**64 - 1}
     start = time.perf_counter()
-    dedup = bool(reader.query_arrow(duplicates_sql(), window).column(0)[0].as_py())
-    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=dedup)
+    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1)
     for m in maps:
         sql = sql.replace(f", {m}", "", 1)
     sum(b.num_rows for b in reader.stream_arrow(sql, params))
@@ -219,7 +217,7 @@ def run_export_scale(settings: Settings, dsn: str, rows: int, runs: int) -> dict
     while client.command("SELECT count() FROM system.merges") and time.monotonic() < deadline:
         time.sleep(0.5)
     client.close()
-    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=False)
+    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1)
     query, bound = bind(sql, params)
     conn = open_handle(parse_dsn(dsn).path, name, {})  # the reader's own streaming settings
 

@@ -108,6 +108,39 @@ def test_migration_5_gives_an_existing_rewards_table_its_seq_projection(ch_db: C
     assert parts == [(50,)]
 
 
+def test_migration_9_makes_merges_keep_the_seq_projection_without_rebuilding_it(ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.ddl import create_table
+    from rewardflow.clickhouse.tables import REWARDS
+    from tests.clickhouse.rows import insert, reward
+
+    # rewards as migrations 1-8 left it: by_seq rebuilt by merges, not written at insert; no record of 9
+    ch_db.client.command("DROP TABLE rewards SYNC")
+    ch_db.client.command(create_table(REWARDS, projections=False))
+    ch_db.client.command("DELETE FROM schema_migrations WHERE version IN (5, 9)")
+    assert migrate(ch_db.client).applied == [5, 9]
+    ch_db.client.command("DELETE FROM schema_migrations WHERE version = 9")
+    for statement in MIGRATIONS[4].statements(90):
+        ch_db.client.command(statement)  # back to the settings of migration 5
+    ch_db.client.command("SYSTEM STOP MERGES rewards")
+    for part in range(2):
+        insert(ch_db.client, [reward(i) for i in range(part, 40, 2)])
+    projected = "SELECT sum(rows) FROM system.projection_parts WHERE database = currentDatabase() AND table = 'rewards' AND active"
+    assert ch_db.client.query(projected).result_rows == [(0,)]  # stored without it
+    ch_db.client.command("SYSTEM START MERGES rewards")  # (a mutation waits for merges to be allowed)
+
+    assert migrate(ch_db.client).applied == [9]
+    create = ch_db.client.query("SHOW CREATE TABLE rewards").result_rows[0][0]
+    assert "deduplicate_merge_projection_mode = 'ignore'" in create and "materialize_projections_on_insert = 1" in create
+    assert migrate(ch_db.client).applied == []
+    for statement in MIGRATIONS[8].statements(90):  # each statement is idempotent
+        ch_db.client.command(statement)
+    ch_db.client.command("ALTER TABLE rewards MATERIALIZE PROJECTION by_seq SETTINGS mutations_sync = 1")
+    assert ch_db.client.query(projected).result_rows == [(40,)]
+    insert(ch_db.client, [reward(i) for i in range(40, 50)])
+    ch_db.client.command("OPTIMIZE TABLE rewards FINAL")
+    assert ch_db.client.query(projected).result_rows == [(50,)]  # merged, not dropped
+
+
 def test_released_migration_1_still_creates_rewards_without_the_projection() -> None:
     statements = MIGRATIONS[0].statements(90)
     rewards = next(s for s in statements if "`rewards`" in s)

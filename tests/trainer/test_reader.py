@@ -122,31 +122,34 @@ def test_export_is_exactly_the_final_rows_in_seq_order(ch_db: ChDatabase) -> Non
     assert set(got.column("reward").to_pylist()) == {0.5}
 
 
-def test_the_pull_reads_the_seq_projection_in_order_and_skips_dedup_without_duplicates(ch_db: ChDatabase) -> None:
-    from rewardflow.trainer.query import duplicates_sql, rewards_sql
+def test_the_pull_reads_the_seq_projection_and_never_hands_out_a_copy_a_merge_left_in_it(ch_db: ChDatabase) -> None:
+    from rewardflow.trainer.query import rewards_sql
 
-    ch_db.client.command("SYSTEM STOP MERGES rewards")
-    # merges build by_seq, and they are stopped here: these parts get it at insert instead
-    ch_db.client.command("ALTER TABLE rewards MODIFY SETTING materialize_projections_on_insert = 1")
     for part in range(3):
         insert(ch_db.client, [reward(i) for i in range(part, 90, 3)])  # keys interleaved across parts
-    ch_db.client.command("ALTER TABLE rewards MODIFY SETTING materialize_projections_on_insert = 0")
-    window = {"after": 0, "upto": 2**64 - 1}
-    assert ch_db.client.command(duplicates_sql(), parameters=window) == 0
-    fast, params = rewards_sql({"only_final": True}, 0, 2**64 - 1, dedup=False)
-    plan = "\n".join(r[0] for r in ch_db.client.query("EXPLAIN " + fast, parameters=params).result_rows)
+    sql, params = rewards_sql({"only_final": True}, 0, 2**64 - 1)
+    plan = "\n".join(r[0] for r in ch_db.client.query("EXPLAIN " + sql, parameters=params).result_rows)
     assert "ReadFromMergeTree (by_seq)" in plan
-    reader = RewardReader(ch_db.dsn, trainer=None, batch_rows=16, settle_s=0, settings=ch_db.settings())
-    got = pa.Table.from_batches(list(reader))
-    reader.close()
+    got = snapshot(ch_db, batch_rows=16)
     assert got.num_rows == 90 and got.column("_seq").to_pylist() == sorted(got.column("_seq").to_pylist())
 
+    # replayed copies (other values, same keys), then a merge: it drops them from the table, not from by_seq
     insert(ch_db.client, [reward(i, reward_value=0.9) for i in range(0, 90, 10)], token="replay-beyond-window")
-    assert ch_db.client.command(duplicates_sql(), parameters=window) == 1
-    reader = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings())
-    again = pa.Table.from_batches(list(reader))
+    ch_db.client.command("OPTIMIZE TABLE rewards FINAL")
+    stored = ch_db.client.query(
+        "SELECT sum(rows), sum(parent_rows) FROM system.projection_parts "
+        "WHERE database = currentDatabase() AND table = 'rewards' AND name = 'by_seq' AND active"
+    ).result_rows
+    assert stored == [(99, 90)]
+    assert ch_db.client.command("SELECT count() FROM rewards") == 90
+    assert snapshot(ch_db).to_pylist() == got.to_pylist()  # the first copies, once each, in _seq order
+
+
+def snapshot(ch_db: ChDatabase, **kw: Any) -> pa.Table:
+    reader = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings(), **kw)
+    table = pa.Table.from_batches(list(reader))
     reader.close()
-    assert again.to_pylist() == got.to_pylist()  # the replayed copies (a part without by_seq yet) are not handed out
+    return table
 
 
 def test_a_reader_closed_mid_stream_does_not_pass_for_exhausted(ch_db: ChDatabase) -> None:

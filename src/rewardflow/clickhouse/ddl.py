@@ -7,6 +7,7 @@ half-way can simply run again.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from rewardflow.clickhouse.columns import TableDef
 
@@ -52,23 +53,31 @@ def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: boo
     return "\n".join(parts)
 
 
-def add_projection(table: TableDef, name: str) -> list[str]:
+def add_projection(table: TableDef, name: str, settings: Mapping[str, str | int] | None = None) -> list[str]:
     """Idempotent statements that give an existing ``table`` its projection ``name``.
 
-    The settings the projection needs, ``ADD PROJECTION IF NOT EXISTS``, then ``MATERIALIZE
-    PROJECTION``: a mutation that builds the projection for the parts already stored, in the
-    background (new inserts carry it at once). Until it is done, reads are still correct; they
-    only read those older parts the slow way.
+    The table settings the projection needs (``settings``, default the projection's own), ``ADD
+    PROJECTION IF NOT EXISTS``, then :func:`materialize_projection`.
     """
     proj = next(p for p in table.projections if p.name == name)
-    t = quote_ident(table.name)
-    out = []
-    if proj.table_settings:
-        settings = ", ".join(f"{k} = {_setting_value(v)}" for k, v in proj.table_settings.items())
-        out.append(f"ALTER TABLE {t} MODIFY SETTING {settings}")
-    out.append(f"ALTER TABLE {t} ADD PROJECTION IF NOT EXISTS {proj.ddl()}")
-    out.append(f"ALTER TABLE {t} MATERIALIZE PROJECTION {quote_ident(proj.name)}")
+    wanted = proj.table_settings if settings is None else settings
+    out = [modify_settings(table, wanted)] if wanted else []
+    out.append(f"ALTER TABLE {quote_ident(table.name)} ADD PROJECTION IF NOT EXISTS {proj.ddl()}")
+    out.append(materialize_projection(table, name))
     return out
+
+
+def modify_settings(table: TableDef, settings: Mapping[str, str | int]) -> str:
+    """``ALTER TABLE … MODIFY SETTING`` giving ``table`` these table settings (idempotent)."""
+    rendered = ", ".join(f"{k} = {_setting_value(v)}" for k, v in settings.items())
+    return f"ALTER TABLE {quote_ident(table.name)} MODIFY SETTING {rendered}"
+
+
+def materialize_projection(table: TableDef, name: str) -> str:
+    """``MATERIALIZE PROJECTION``: a mutation that builds projection ``name`` for the parts stored
+    without it, in the background. Until it is done, reads are still correct; they only read those
+    parts the slow way."""
+    return f"ALTER TABLE {quote_ident(table.name)} MATERIALIZE PROJECTION {quote_ident(name)}"
 
 
 def modify_columns(table: TableDef, names: tuple[str, ...]) -> list[str]:

@@ -47,12 +47,13 @@ a later duplicate collapses under `FINAL` into its first copy, whose `_seq` the 
 passed; rows from inserts still running when the read starts are newer than the horizon, so no row
 can become visible behind the cursor; uncommitted rows are handed out again.
 
-The read: first one query checks whether `FINAL` would drop any row of the window (its count
-against the plain count). If it would, `FINAL` over the key, version and filter columns only yields
-the `_seq` of the surviving rows and the wide rows are read with `_seq IN` those; if not (the usual
-case), the wide rows are read without deduplication. Either way they come from the projection
-`by_seq` (the rows sorted by `_seq`, built when parts merge), already in the order the trainer gets
-them; rows of parts not merged yet are sorted at read time. Same rows in every case.
+The read: `FINAL` over the key, version and filter columns only yields the `_seq` of the surviving
+rows of the window, and the wide rows are read with `_seq IN` those, from the projection `by_seq`
+(the rows sorted by `_seq`, written with each insert), already in the order the trainer gets them.
+Merges merge `by_seq` as they merge the table, without sorting it again, so it keeps the copies a
+merge removed from the table; the `_seq IN` step is what leaves them out, which is why it is never
+skipped. A read without `FINAL` that ClickHouse answers from `by_seq` (a filter on `_seq`) sees every
+copy ever inserted, as it would in a table that was never merged.
 
 ## Corrections
 

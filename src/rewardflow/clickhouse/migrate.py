@@ -24,7 +24,9 @@ from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.catalog import ALL_TABLES
 from rewardflow.clickhouse import retention
-from rewardflow.clickhouse.ddl import add_projection, create_database, create_table, modify_columns
+from rewardflow.clickhouse.ddl import (
+    add_projection, create_database, create_table, materialize_projection, modify_columns, modify_settings,
+)
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.rowtypes import check as check_row_types
 from rewardflow.clickhouse.tables import BY_SEQ, REWARD_WINDOWS, REWARDS, SIGNED_WINDOW_COLUMNS
@@ -35,6 +37,14 @@ from rewardflow.clickhouse.views import ALL_VIEWS, REWARDS_DAILY, REWARDS_LATEST
 # views added to the catalogue later get their own migration, so 1 and 2 render the same statements forever.
 _LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name, INGEST_KEYS.name, CHECKPOINTS.name})
 _LATER_VIEWS = frozenset({REWARDS_LINEAGE.name})
+
+
+# The table settings of by_seq as migrations 5 and 9 set them (released statements never change).
+_BY_SEQ_AT_5: dict[str, str | int] = {
+    "deduplicate_merge_projection_mode": "rebuild", "lightweight_mutation_projection_mode": "rebuild",
+    "materialize_projections_on_insert": 0, "materialize_projections_on_merge": 1,
+}
+_BY_SEQ_AT_9: dict[str, str | int] = {"deduplicate_merge_projection_mode": "ignore", "materialize_projections_on_insert": 1}
 
 
 @dataclass(frozen=True)
@@ -61,13 +71,17 @@ MIGRATIONS: tuple[Migration, ...] = (
     # the registry used to create this table itself (IF NOT EXISTS, same definition): a no-op there
     Migration(4, "reward spec ledger", lambda ttl: [create_table(REWARD_SPECS)]),
     # the trainer pull reads rewards in _seq order; existing rows get the projection by a background mutation
-    Migration(5, "rewards in _seq order for the trainer pull", lambda ttl: add_projection(REWARDS, BY_SEQ.name)),
+    Migration(5, "rewards in _seq order for the trainer pull", lambda ttl: add_projection(REWARDS, BY_SEQ.name, _BY_SEQ_AT_5)),
     Migration(6, "keys of the ingestion edge", lambda ttl: [create_table(INGEST_KEYS)]),
     Migration(7, "checkpoint registry and rewards_lineage", lambda ttl: [create_table(CHECKPOINTS), REWARDS_LINEAGE.ddl()]),
     Migration(8, "corrections: reward revisions, signed window deltas, latest-revision views", lambda ttl: [
         "ALTER TABLE rewards ADD COLUMN IF NOT EXISTS `revision` UInt32 AFTER `horizon_s`",
         *modify_columns(REWARD_WINDOWS, SIGNED_WINDOW_COLUMNS),
         REWARDS_LATEST.ddl(), REWARDS_DAILY.ddl(), REWARDS_LINEAGE.ddl(),
+    ]),
+    # by_seq written at insert and merged, not rebuilt, by merges; parts stored without it get it in the background
+    Migration(9, "rewards merges without re-sorting by_seq", lambda ttl: [
+        modify_settings(REWARDS, _BY_SEQ_AT_9), materialize_projection(REWARDS, BY_SEQ.name),
     ]),
 )
 

@@ -65,21 +65,28 @@ EVENTS = TableDef(
 BY_SEQ = Projection(
     "by_seq",
     "SELECT * ORDER BY _seq",
-    "The rows again, sorted by _seq, built when parts merge (not at insert): the trainer pull "
-    "(cursor < _seq <= horizon, in _seq order) reads merged parts in order and sorts only the rows of "
-    "parts not merged yet. Merges rebuild it from the deduplicated rows.",
+    "The rows again, sorted by _seq, written with every insert (the rows of an insert already come in "
+    "_seq order) and merged, not rebuilt, when parts merge: the trainer pull (cursor < _seq <= horizon, "
+    "in _seq order) reads them in order without sorting. A duplicate a merge removes from the table stays "
+    "here; the trainer pull keeps only the rows whose _seq survives FINAL.",
     table_settings={
-        "deduplicate_merge_projection_mode": "rebuild",
+        "deduplicate_merge_projection_mode": "ignore",
         "lightweight_mutation_projection_mode": "rebuild",
-        "materialize_projections_on_insert": 0,
+        "materialize_projections_on_insert": 1,
         "materialize_projections_on_merge": 1,
     },
 )
-"""Projection of ``rewards`` in ``_seq`` order (migration 5). The table is sorted by its dedup key,
-which has nothing to do with insertion order; without it every trainer pull sorts the wide rows
+"""Projection of ``rewards`` in ``_seq`` order (migrations 5 and 9). The table is sorted by its dedup
+key, which has nothing to do with insertion order; without it every trainer pull sorts the wide rows
 (maps included) by ``_seq``, most of an export's time on a realistic table (random sample ids).
-Built by merges only, so inserts (the sink) pay nothing for it; merges and disk pay (about 1.7x the
-table's bytes). Parts not merged yet are sorted at read time, as before: small, recent ones."""
+
+Merges merge it as they merge the table (``deduplicate_merge_projection_mode = ignore``), a streaming
+merge of sorted parts. Rebuilding it instead (``rebuild``) sorts the merged rows in memory, up to
+256 MB of them at a time: hundreds of MB of the engine's memory for every large merge. So it holds
+every row ever inserted, copies a merge removed included; a read without ``FINAL`` that uses it sees
+the table as if it were never merged, and the trainer pull deduplicates against ``FINAL``
+(:func:`rewardflow.trainer.query.rewards_sql`). Inserts pay for it (a second, already sorted copy of
+the rows); disk pays about 40% of the table's bytes more."""
 
 REWARDS = TableDef(
     name="rewards",

@@ -53,21 +53,7 @@ def where_clause(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 _WINDOW = "_seq > {after:UInt64} AND _seq <= {upto:UInt64}"
 
 
-def duplicates_sql() -> str:
-    """1 if ``FINAL`` would drop any stored row with ``after < _seq <= upto``, else 0 (params after, upto).
-
-    ``FINAL`` only ever drops rows, so equal counts mean the window holds no duplicate at all and
-    :func:`rewards_sql` may skip deduplication. That stays true until the read: rows that appear
-    later have ``_seq`` above the settled horizon, and merges only remove rows ``FINAL`` drops.
-    Cheaper than the ``IN`` set of the deduplicating read (no set of the window's ``_seq`` is built).
-    """
-    return (
-        f"SELECT (SELECT count() FROM rewards FINAL WHERE {_WINDOW}) != "
-        f"(SELECT count() FROM rewards WHERE {_WINDOW}) AS duplicates"
-    )
-
-
-def rewards_sql(filters: Mapping[str, Any], after: int, upto: int, *, dedup: bool = True) -> tuple[str, dict[str, Any]]:
+def rewards_sql(filters: Mapping[str, Any], after: int, upto: int) -> tuple[str, dict[str, Any]]:
     """Rows of ``rewards FINAL`` with ``after < _seq <= upto`` matching ``filters``, ordered by ``_seq``.
 
     Same rows as ``SELECT … FROM rewards FINAL WHERE … ORDER BY _seq``, but the ``FINAL``
@@ -77,12 +63,13 @@ def rewards_sql(filters: Mapping[str, Any], after: int, upto: int, *, dedup: boo
     because a row's ``_seq`` is unique and a merge never changes it. The outer read comes
     from the projection ``by_seq`` (the rows sorted by ``_seq``), so ``ORDER BY _seq`` is a
     merge of sorted parts, not a sort of the wide rows (which was 80-90% of an export).
-    ``dedup=False`` (only when :func:`duplicates_sql` says the window has none) leaves out
-    the ``FINAL`` subquery.
+    The subquery is never skipped: ``by_seq`` keeps the copies merges removed from the table
+    (:data:`~rewardflow.clickhouse.tables.BY_SEQ`), so no count of the table alone can tell
+    that the outer read would meet no duplicate.
     """
     cond, params = where_clause(filters)
     extra = f" AND {cond}" if cond else ""
-    keep = f" AND _seq IN (SELECT _seq FROM rewards FINAL WHERE {_WINDOW}{extra})" if dedup else extra
+    keep = f" AND _seq IN (SELECT _seq FROM rewards FINAL WHERE {_WINDOW}{extra})"
     sql = f"SELECT {SELECT_COLUMNS} FROM rewards WHERE {_WINDOW}{keep} ORDER BY _seq"
     return sql, {**params, "after": after, "upto": upto}
 

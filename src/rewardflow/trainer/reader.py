@@ -40,11 +40,11 @@ ids travel as one ``Array(String)`` parameter). A row skipped that way is behind
 afterwards, like any filtered row: registering its checkpoint later does not bring it back.
 
 Speed: the rows come from the ``by_seq`` projection (rows sorted by ``_seq``),
-so no sort of the wide rows; deduplication runs only when a count says the
-window holds a duplicate (:mod:`.query`); on chDB the result is streamed
+so no sort of the wide rows; ``FINAL`` runs over the key columns only and keeps
+the wide rows whose ``_seq`` survives (:mod:`.query`); on chDB the result is streamed
 block by block. A reader cut short (closed mid-iteration) raises instead of
 ending, so its position never jumps to the horizon. Blocking: iteration runs
-four small queries (cursor, horizon, duplicates, registry) and one streamed one;
+three small queries (cursor, horizon, registry) and one streamed one;
 :meth:`commit` one small insert.
 """
 
@@ -62,7 +62,7 @@ from rewardflow.lineage.columns import LineageColumns, lineage_schema
 from rewardflow.lineage.registry import Registry
 from rewardflow.lineage.store import load_registry
 from rewardflow.settings import Settings, load_settings
-from rewardflow.trainer.query import count_sql, cursor_of, duplicates_sql, horizon_sql, rewards_sql
+from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql
 
 
 class RewardReader:
@@ -131,11 +131,9 @@ class RewardReader:
         self._position, self._handed = start, 0
         if horizon <= start:
             return
-        window = {"after": start, "upto": horizon}
-        dedup = bool(self._reader.query_arrow(duplicates_sql(), window).column(0)[0].as_py())
         registry = load_registry(self._reader)
         lineage = LineageColumns(registry)
-        sql, params = rewards_sql(self._filters(registry), start, horizon, dedup=dedup)
+        sql, params = rewards_sql(self._filters(registry), start, horizon)
         batches = (lineage.append(b) for b in self._reader.stream_arrow(sql, params))
         for batch in _rechunk(batches, self.batch_rows):
             self._position = int(batch.column("_seq")[-1].as_py())
