@@ -192,7 +192,7 @@ def largest_merge(run: dict[str, Any]) -> str:
     peaks = run.get("merge_peak_mb") or {}
     if not peaks:
         return ""
-    table, mb = next(iter(peaks.items()))
+    table, mb = max(peaks.items(), key=lambda kv: kv[1])
     return f" (largest merge {mb:,.0f} MB, {table})"
 
 
@@ -367,7 +367,7 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         out["distinct_events"] = scalar(reader, "SELECT uniqExact(event_id) FROM events")
         out["event_rows"] = scalar(reader, "SELECT count() FROM events")
         out["max_sampled_rss_mb"] = max_rss
-        out["merge_peak_mb"] = dict(sorted(merge_mb.items(), key=lambda kv: -kv[1]))
+        out["merge_peak_mb"] = merge_mb
         inserted = reader.query_arrow(
             "SELECT reward_id, provisional, toUnixTimestamp64Micro(_inserted_at) AS ins FROM rewards").to_pydict()
         reader.close()

@@ -30,6 +30,13 @@ def pull(ch_db: ChDatabase, trainer: str = "ppo", commit: bool = True, **kw: Any
         reader.close()
 
 
+def snapshot(ch_db: ChDatabase, **kw: Any) -> pa.Table:
+    reader = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings(), **kw)
+    table = pa.Table.from_batches(list(reader))
+    reader.close()
+    return table
+
+
 def test_each_sample_once_across_restarts_despite_duplicates_and_provisionals(ch_db: ChDatabase) -> None:
     first = [reward(i) for i in range(100)]
     insert(ch_db.client, first)
@@ -143,13 +150,6 @@ def test_the_pull_reads_the_seq_projection_and_never_hands_out_a_copy_a_merge_le
     assert stored == [(99, 90)]
     assert ch_db.client.command("SELECT count() FROM rewards") == 90
     assert snapshot(ch_db).to_pylist() == got.to_pylist()  # the first copies, once each, in _seq order
-
-
-def snapshot(ch_db: ChDatabase, **kw: Any) -> pa.Table:
-    reader = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings(), **kw)
-    table = pa.Table.from_batches(list(reader))
-    reader.close()
-    return table
 
 
 def test_a_reader_closed_mid_stream_does_not_pass_for_exhausted(ch_db: ChDatabase) -> None:
