@@ -186,6 +186,21 @@ def test_empty_result_keeps_its_schema(endpoint: Any, ch_db: ChDatabase) -> None
     assert list(remote.stream_arrow("SELECT reward_id FROM rewards")) == []
 
 
+def test_every_streamed_response_ends_even_when_the_query_outruns_the_client(endpoint: Any) -> None:
+    """A result of many blocks is written faster than it is sent, so the query thread finishes with
+    its queue full. Each response must still end (the HTTP body completes, not only the Arrow stream),
+    and must give its worker thread back: more responses than the endpoint has worker threads (40)."""
+    server, settings = endpoint
+    token = grant(settings)
+    for i in range(45):
+        req = urllib.request.Request(f"{server.url}/query", data=b"SELECT number FROM numbers(1000000)", method="POST",
+                                     headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            body = resp.read()  # to the end of the HTTP body: raises TimeoutError if it never ends
+        table = pa.ipc.open_stream(body).read_all()
+        assert table.num_rows == 1_000_000 and table.column("number")[-1].as_py() == 999_999, i
+
+
 # ---------------------------------------------------------------------------- bounds
 def test_a_memory_hungry_query_is_stopped_by_its_limit_while_writes_go_on(endpoint: Any, ch_db: ChDatabase) -> None:
     server, settings = endpoint

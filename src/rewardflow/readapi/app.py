@@ -117,12 +117,15 @@ def create_app(service: ReadService) -> FastAPI:
                                      503, headers={"Retry-After": "1"})
         chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
         stop = threading.Event()
-        threading.Thread(target=_run_query, args=(service, database, sql, parameters, chunks, stop),
-                         name="rewardflow-read-query", daemon=True).start()
-        first = await run_in_threadpool(chunks.get)
+        producer = threading.Thread(target=_run_query, args=(service, database, sql, parameters, chunks, stop),
+                                    name="rewardflow-read-query", daemon=True)
+        producer.start()
+        first = await run_in_threadpool(_next_chunk, chunks, producer)
         if isinstance(first, Response):
             return first
-        return StreamingResponse(_drain(first, chunks, stop), media_type=ARROW_STREAM)
+        if first is _END:
+            return PlainTextResponse("the query ended without a result", 500)
+        return StreamingResponse(_drain(first, chunks, stop, producer), media_type=ARROW_STREAM)
 
     @app.post("/cursor")
     async def cursor(request: Request) -> Response:
@@ -321,10 +324,7 @@ def _run_query(service: ReadService, database: str | None, sql: str, parameters:
             else:
                 reader.close()
         service.slots.release()
-        try:
-            chunks.put_nowait(_END)
-        except queue.Full:
-            pass
+        put(_END)  # (waits for room: a consumer still reading must see the end; one gone set ``stop``)
 
 
 def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -333,11 +333,29 @@ def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iter
         yield from rest
 
 
-async def _drain(first: bytes, chunks: queue.Queue[Any], stop: threading.Event) -> AsyncIterator[bytes]:
+def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread) -> Any:
+    """The query thread's next item, or _END once that thread has ended with nothing left to take.
+
+    Blocks a worker thread of the endpoint until then, never longer: an end marker the query thread
+    could not put (it stopped first) must not keep that worker, and the endpoint has only so many.
+    """
+    while True:
+        try:
+            return chunks.get(timeout=0.5)
+        except queue.Empty:
+            if not producer.is_alive():
+                try:
+                    return chunks.get_nowait()
+                except queue.Empty:
+                    return _END
+
+
+async def _drain(first: bytes, chunks: queue.Queue[Any], stop: threading.Event,
+                 producer: threading.Thread) -> AsyncIterator[bytes]:
     """The response body: the query thread's chunks until it ends; stops the query if the client left."""
     try:
         yield first
-        while (item := await run_in_threadpool(chunks.get)) is not _END:
+        while (item := await run_in_threadpool(_next_chunk, chunks, producer)) is not _END:
             if isinstance(item, bytes):
                 yield item
     finally:
