@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rewardflow.clickhouse.allocator import configure_engine_allocator
 from rewardflow.clickhouse.ddl import quote_ident
 from rewardflow.clickhouse.errors import QueryError, clean_message, error_code
 
@@ -118,6 +119,7 @@ class ChdbArrowStream:
 def open_handle(path: Path, database: str | None, settings: Mapping[str, Any]) -> Any:
     """A chDB connection handle on the engine at ``path`` (owned by this process), in ``database``,
     with the streaming settings and then ``settings`` applied. The caller closes it."""
+    configure_engine_allocator()
     import chdb
 
     conn = chdb.connect(os.path.realpath(path))  # type: ignore[no-untyped-call]

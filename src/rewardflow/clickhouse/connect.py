@@ -24,6 +24,7 @@ from typing import Any
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
+from rewardflow.clickhouse.allocator import configure_engine_allocator
 from rewardflow.clickhouse.dsn import Dsn, parse_dsn
 from rewardflow.clickhouse.enginelock import claim_engine, probe_engine
 from rewardflow.clickhouse.errors import ClickHouseError, EngineBusyError, ReaderUnavailable
@@ -54,6 +55,7 @@ def get_client(*, dsn: str | Dsn, database: str | None = None, settings: dict[st
     if target.embedded:
         assert target.path is not None
         claim_engine(target.path)  # raises EngineBusyError when another process owns it
+        configure_engine_allocator()
         try:
             return clickhouse_connect.get_client(dsn=f"chdb://{target.path}", database=target.database, settings=settings)
         except Exception as exc:
