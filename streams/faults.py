@@ -29,7 +29,11 @@ can prove the worker survives it:
 * ``RF_FAULT_CRASH=<marker path>``: while the marker does not exist, the first process to start
   its agent creates it and one of Faust's background tasks raises, as a changelog topic's
   creation did when a rebalance hit a starting worker (Faust marks the app crashed, logs it and
-  goes on serving; the worker must stop itself).
+  goes on serving; the worker must stop itself);
+* ``RF_FAULT_CRASH_ON_STOP=<marker path>``: while the marker does not exist, the first process to
+  start its agent creates it, and once that process is asked to stop, one of its services crashes
+  during the stop, as a changelog topic's creation cancelled by the stop does (the stop asked for
+  must still end with exit code 0).
 
 Contract: :meth:`Faults.from_env` with none of them set gives hooks that do nothing; nothing
 outside this module reads the variables.
@@ -67,6 +71,7 @@ class Faults:
     stale_read_marker: str = ""
     stale_changelog_marker: str = ""
     crash_marker: str = ""
+    crash_on_stop_marker: str = ""
     no_changelog_marker: str = ""
 
     @classmethod
@@ -84,6 +89,7 @@ class Faults:
             stale_read_marker=env.get("RF_FAULT_STALE_READ", ""),
             stale_changelog_marker=env.get("RF_FAULT_STALE_CHANGELOG_READ", ""),
             crash_marker=env.get("RF_FAULT_CRASH", ""),
+            crash_on_stop_marker=env.get("RF_FAULT_CRASH_ON_STOP", ""),
             no_changelog_marker=env.get("RF_FAULT_NO_CHANGELOG", ""),
         )
 
@@ -98,7 +104,8 @@ class Faults:
         return {tp for tp in assigned if tp.topic != changelog_topic}
 
     def crash(self, app: Any) -> None:
-        """``RF_FAULT_CRASH``: a task of one of the app's services raises (once, in the first process)."""
+        """``RF_FAULT_CRASH``: a task of one of the app's services raises; ``RF_FAULT_CRASH_ON_STOP``: the
+        app crashes during its stop (each once, in the first process)."""
         if self.crash_marker and not os.path.exists(self.crash_marker):
             with open(self.crash_marker, "w") as f:
                 f.write(str(os.getpid()))
@@ -107,6 +114,14 @@ class Faults:
                 raise asyncio.InvalidStateError("RF_FAULT_CRASH: a background task of Faust's table manager failed")
 
             app.tables.add_future(fail())
+        if self.crash_on_stop_marker and not os.path.exists(self.crash_on_stop_marker):
+            with open(self.crash_on_stop_marker, "w") as f:
+                f.write(str(os.getpid()))
+
+            async def fail_on_stop(*_: Any, **__: Any) -> None:
+                await app.crash(asyncio.InvalidStateError("RF_FAULT_CRASH_ON_STOP: a service failed during the stop"))
+
+            app.on_before_shutdown.connect(fail_on_stop, weak=False)
 
     def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
         """Install the hooks that replace code: the failing commit, the raising core, the stalled recovery."""

@@ -46,8 +46,27 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def exit_on_crash(app: Any, stop: Callable[[], None], poll_s: float = CRASH_POLL_S) -> None:
-    """Call ``stop`` once any of the app's services crashed, then return.
+class Worker(faust.Worker):
+    """Faust's worker, knowing whether it was asked to stop (SIGTERM, SIGINT) while its app was healthy.
+
+    A stop asked for can make a starting service fail: the stop cancels a changelog topic's
+    creation, and the answer that comes later raises ``InvalidStateError`` in Faust's task, which
+    marks the app crashed, so Faust exits 1. Such a crash is part of the stop, not a fault to
+    restart for: :func:`run_worker` exits 0 for it, with a warning.
+    """
+
+    asked_to_stop = False
+
+    def _schedule_shutdown(self, sig: signal.Signals) -> None:
+        if not self._signal_stop_time and not self.app.crashed:
+            self.asked_to_stop = True
+        super()._schedule_shutdown(sig)
+
+
+async def exit_on_crash(app: Any, stop: Callable[[], None], stopping: Callable[[], bool] = lambda: False,
+                        poll_s: float = CRASH_POLL_S) -> None:
+    """Call ``stop`` once any of the app's services crashed, then return; only return if the app
+    crashed once ``stopping()`` was true (its stop is already under way).
 
     Faust runs its services' start and background work in tasks; an exception there (seen: an
     ``InvalidStateError`` of a changelog topic's creation while a rebalance hit a starting worker)
@@ -56,6 +75,8 @@ async def exit_on_crash(app: Any, stop: Callable[[], None], poll_s: float = CRAS
     """
     while not app.crashed:
         await asyncio.sleep(poll_s)
+    if stopping():
+        return
     log.error("the worker's Faust app crashed (%r); stopping, with exit code 1, so that its supervisor "
               "(rewardflow run) starts it again", app.crash_reason)
     stop()
@@ -78,12 +99,12 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
              settings.kafka_bootstrap, settings.topic("worker"), settings.group_session_timeout_s)
     ensure_topics(settings)
     join = join or JoinWorker(settings, web=web)
-    worker = faust.Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # No terminal spinner: with one, Faust sets the root logger to DEBUG to spin on every record,
     # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
     worker.spinner = None
     tune_gc()
-    asyncio.ensure_future(exit_on_crash(join.app, _stop_crashed), loop=worker.loop)
+    asyncio.ensure_future(exit_on_crash(join.app, _stop_crashed, lambda: worker.asked_to_stop), loop=worker.loop)
     code = 0
     try:
         worker.execute_from_commandline()
@@ -92,6 +113,11 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     finally:
         for cb in on_stopped or []:
             cb()
+    if code and worker.asked_to_stop and join.app.crashed:
+        log.warning("the worker's Faust app crashed while stopping as asked (%r); exiting 0: offsets are committed "
+                    "only for records whose outputs were acknowledged, so whatever this stop did not commit is "
+                    "read again by the partitions' next owner", join.app.crash_reason)
+        code = 0
     return join.exit_code or code  # the worker stopped itself (a stalled recovery): say so to its supervisor
 
 

@@ -3,6 +3,10 @@
 Faust runs its services' background work in tasks; when one raises, it marks the app crashed,
 logs the exception and goes on, so a worker could sit in its group doing nothing until a signal
 came. The fault hook ``RF_FAULT_CRASH`` makes one such task raise in the first process.
+
+A stop asked for can make a starting service fail the same way (the stop cancels a changelog
+topic's creation, whose answer then raises); ``RF_FAULT_CRASH_ON_STOP`` crashes the app during
+the stop. That worker did what it was asked, so it exits 0.
 """
 
 from __future__ import annotations
@@ -45,6 +49,38 @@ def test_a_crashed_worker_exits_1_at_once_and_its_next_start_processes(
         raw.send(0, *json_record(*evs))
         out.until(lambda o: len(o.rows[T.VALID]) == len(evs), 30, "the turn's events processed after the restart")
         assert worker.alive
+    finally:
+        worker.close()
+        out.close()
+        raw.close()
+
+
+def test_a_worker_that_crashes_during_a_stop_it_was_asked_for_exits_0_and_its_work_is_read_again(
+        kafka_broker: Any, tmp_path: Path, unique_group: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "crashed-on-stop"
+    monkeypatch.setenv("RF_FAULT_CRASH_ON_STOP", str(marker))
+    worker = WorkerProcess(kafka_broker.bootstrap, f"t{uuid.uuid4().hex[:10]}.", tmp_path)
+    ensure_topics(worker.settings)
+    raw, out = RawProducer(worker.settings), OutputCollector(worker.settings, unique_group, worker)
+    try:
+        worker.start()
+        worker.wait_joined()
+        first = turn("r-stop-1", "s-stop", T0, horizons=(30, 120))
+        raw.send(0, *json_record(*first))
+        out.until(lambda o: len(o.rows[T.VALID]) == len(first), 30, "the first turn's events processed")
+        assert worker.stop(40) == 0, worker.log_tail()
+        assert marker.exists(), "the fault never fired: the test proves nothing"
+        log = worker.log_tail()
+        assert "RF_FAULT_CRASH_ON_STOP" in log and "crashed while stopping as asked" in log, log
+        assert "stopping, with exit code 1" not in log, log
+
+        worker.start()  # the marker exists: this stop will not crash
+        worker.wait_joined()
+        second = turn("r-stop-2", "s-stop", T0 + 1_000, horizons=(30, 120))
+        raw.send(0, *json_record(*second))
+        out.until(lambda o: {r["request_id"] for r in o.rows[T.VALID]} >= {"r-stop-1", "r-stop-2"}, 30,
+                  "the second turn's events processed after the restart")
+        assert worker.stop(40) == 0, worker.log_tail()
     finally:
         worker.close()
         out.close()
