@@ -154,3 +154,38 @@ def test_no_migration_drops_or_deletes() -> None:
     for m in MIGRATIONS:
         for statement in m.statements(90):
             assert not destructive.search(statement), (m.version, statement[:200])
+
+
+def test_released_migration_1_creates_tables_without_their_merge_settings() -> None:
+    statements = MIGRATIONS[0].statements(90)
+    assert statements and not any("max_compress_block_size" in s or "vertical_merge" in s for s in statements)
+
+
+@pytest.mark.parametrize("table", ALL_TABLES, ids=lambda t: t.name)
+def test_every_setting_of_the_definition_is_in_force(ch_db: ChDatabase, table: TableDef) -> None:
+    """Fresh databases get the merge settings from migration 10, not from migration 1's CREATE."""
+    from rewardflow.clickhouse.ddl import _setting_value
+
+    create = ch_db.client.query(f"SHOW CREATE TABLE `{table.name}`").result_rows[0][0]
+    for key, value in table.table_settings().items():
+        assert f"{key} = {_setting_value(value)}" in create, (key, create[-400:])
+
+
+def test_migration_10_gives_the_sink_tables_their_merge_settings_idempotently(ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.columns import MERGE_MEMORY
+
+    merged = [t for t in ALL_TABLES if t.merge_settings]
+    assert {t.name for t in merged} == {"events", "rewards", "reward_windows", "dead_letters", "late_events",
+                                        "exclusions", "alerts"}
+    assert all(t.merge_settings == MERGE_MEMORY for t in merged)
+    for t in merged:  # as a database migrated before 10 has them
+        ch_db.client.command(f"ALTER TABLE `{t.name}` RESET SETTING {', '.join(MERGE_MEMORY)}")
+    ch_db.client.command("DELETE FROM schema_migrations WHERE version = 10")
+    settings = "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'events'"
+    assert "vertical_merge_algorithm_min_rows_to_activate" not in str(ch_db.client.command(settings))
+
+    assert migrate(ch_db.client).applied == [10]
+    assert "vertical_merge_algorithm_min_rows_to_activate = 16384" in str(ch_db.client.command(settings))
+    for statement in MIGRATIONS[9].statements(90):  # each statement is idempotent
+        ch_db.client.command(statement)
+    assert migrate(ch_db.client).applied == []

@@ -30,12 +30,14 @@ def ttl_clause(table: TableDef, events_ttl_days: int) -> str:
     return table.ttl.format(events_ttl_days=events_ttl_days) if table.ttl else ""
 
 
-def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: bool = True) -> str:
+def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: bool = True,
+                 merge_settings: bool = True) -> str:
     """``CREATE TABLE IF NOT EXISTS`` for ``table`` in the current database.
 
     ``projections=False`` leaves out the table's projections and the settings they need
     (migration 1 created the tables before any projection existed; :func:`add_projection`
-    adds them to such a table).
+    adds them to such a table). ``merge_settings=False`` leaves out ``table.merge_settings``
+    (migration 1 created the tables before them; :func:`modify_settings` gives them later).
     """
     projs = table.projections if projections else ()
     clauses = [c.ddl() for c in table.columns] + [f"PROJECTION {p.ddl()}" for p in projs]
@@ -47,7 +49,7 @@ def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: boo
     ttl = ttl_clause(table, events_ttl_days)
     if ttl:
         parts.append(f"TTL {ttl}")
-    settings = {**{k: v for p in projs for k, v in p.table_settings.items()}, **table.settings}
+    settings = table.table_settings(projections=projections, merge=merge_settings)
     if settings:
         parts.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(v)}" for k, v in settings.items()))
     return "\n".join(parts)

@@ -81,7 +81,7 @@ def table_markdown(t: TableDef, events_ttl_days: int = 90) -> str:
         lines.append(f"- Partition by `{t.partition_by}`")
     if t.ttl:
         lines.append(f"- TTL `{ttl_clause(t, events_ttl_days)}`" + (" (days: `events_ttl_days`)" if "{" in t.ttl else ""))
-    settings = {**{k: v for p in t.projections for k, v in p.table_settings.items()}, **t.settings}
+    settings = t.table_settings()
     if settings:
         lines.append("- Settings: " + ", ".join(f"`{k} = {v}`" for k, v in settings.items()))
     for p in t.projections:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from rewardflow.clickhouse.catalog import ALL_TABLES
+from rewardflow.clickhouse.catalog import ALL_TABLES, table
 from rewardflow.clickhouse import retention
 from rewardflow.clickhouse.ddl import (
     add_projection, create_database, create_table, materialize_projection, modify_columns, modify_settings,
@@ -45,6 +45,13 @@ _BY_SEQ_AT_5: dict[str, str | int] = {
     "materialize_projections_on_insert": 0, "materialize_projections_on_merge": 1,
 }
 _BY_SEQ_AT_9: dict[str, str | int] = {"deduplicate_merge_projection_mode": "ignore", "materialize_projections_on_insert": 1}
+# The sink-fed tables' merge settings as migration 10 sets them.
+_MERGE_AT_10: dict[str, str | int] = {
+    "max_compress_block_size": 131_072,
+    "vertical_merge_algorithm_min_rows_to_activate": 16_384,
+    "vertical_merge_algorithm_min_columns_to_activate": 1,
+}
+_MERGE_TABLES_AT_10 = ("events", "rewards", "reward_windows", "dead_letters", "late_events", "exclusions", "alerts")
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
         "reward tables",
-        lambda ttl: [create_table(t, events_ttl_days=ttl, projections=False) for t in ALL_TABLES if t.name not in _LATER],
+        lambda ttl: [create_table(t, events_ttl_days=ttl, projections=False, merge_settings=False)
+                     for t in ALL_TABLES if t.name not in _LATER],
     ),
     Migration(2, "analyst views", lambda ttl: [v.ddl() for v in ALL_VIEWS if v.name not in _LATER_VIEWS]),
     Migration(
@@ -82,6 +90,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # by_seq written at insert and merged, not rebuilt, by merges; parts stored without it get it in the background
     Migration(9, "rewards merges without re-sorting by_seq", lambda ttl: [
         modify_settings(REWARDS, _BY_SEQ_AT_9), materialize_projection(REWARDS, BY_SEQ.name),
+    ]),
+    # small write buffers and one column at a time in merges (MERGE_MEMORY); parts already stored are left as they are
+    Migration(10, "merges that hold less memory", lambda ttl: [
+        modify_settings(table(name), _MERGE_AT_10) for name in _MERGE_TABLES_AT_10
     ]),
 )
 

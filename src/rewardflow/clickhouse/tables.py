@@ -17,7 +17,7 @@ copies of a key share a partition - merges only collapse within one.
 
 from __future__ import annotations
 
-from rewardflow.clickhouse.columns import Column, Projection, TableDef, ms_alias, replacing, sink_columns, sink_settings
+from rewardflow.clickhouse.columns import MERGE_MEMORY, Column, Projection, TableDef, ms_alias, replacing, sink_columns, sink_settings
 
 C = Column
 S = "String"
@@ -59,6 +59,7 @@ EVENTS = TableDef(
     partition_by=_day("ts"),
     ttl="toDateTime(_inserted_at) + INTERVAL {events_ttl_days} DAY",
     settings=sink_settings(ttl_only_drop_parts=1),
+    merge_settings=MERGE_MEMORY,
     id_column="event_id",
 )
 
@@ -138,6 +139,7 @@ REWARDS = TableDef(
     order_by="(spec_version, sample_id, reward_id)",
     partition_by=_month("served_ts"),
     settings=sink_settings(),
+    merge_settings=MERGE_MEMORY,
     id_column="reward_id",
     projections=(BY_SEQ,),
 )
@@ -190,5 +192,6 @@ REWARD_WINDOWS = TableDef(
     order_by="(window_key, window_id)",
     partition_by=_month("window_start"),
     settings=sink_settings(),
+    merge_settings=MERGE_MEMORY,
     id_column="window_id",
 )

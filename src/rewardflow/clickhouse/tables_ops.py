@@ -7,7 +7,7 @@ shape); only their name and documentation differ.
 
 from __future__ import annotations
 
-from rewardflow.clickhouse.columns import Column, TableDef, ms_alias, replacing, sink_columns, sink_settings
+from rewardflow.clickhouse.columns import MERGE_MEMORY, Column, TableDef, ms_alias, replacing, sink_columns, sink_settings
 
 C = Column
 S = "String"
@@ -37,6 +37,7 @@ DEAD_LETTERS = TableDef(
     engine=replacing(),
     order_by="(source_topic, dead_letter_id)",  # not partitioned by dead_lettered_at: wall time differs between copies
     settings=sink_settings(),
+    merge_settings=MERGE_MEMORY,
     id_column="dead_letter_id",
 )
 
@@ -71,6 +72,7 @@ def _exclusion_table(name: str, doc: str) -> TableDef:
         order_by="(reason, exclusion_id)",
         partition_by="toYYYYMM(fromUnixTimestamp64Milli(ts, 'UTC'))",
         settings=sink_settings(),
+        merge_settings=MERGE_MEMORY,
         id_column="exclusion_id",
     )
 
@@ -107,5 +109,6 @@ ALERTS = TableDef(
     engine=replacing(),
     order_by="(checkpoint_id, monitor, alert_id)",
     settings=sink_settings(),
+    merge_settings=MERGE_MEMORY,
     id_column="alert_id",
 )
