@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,27 @@ from tests.streams.worker import WorkerProcess
 pytestmark = pytest.mark.kafka
 
 
-def test_a_crashed_worker_exits_1_at_once_and_its_next_start_processes(
-        kafka_broker: Any, tmp_path: Path, unique_group: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    marker = tmp_path / "crashed"
-    monkeypatch.setenv("RF_FAULT_CRASH", str(marker))
+@contextmanager
+def _deployment(kafka_broker: Any, tmp_path: Path, unique_group: str, monkeypatch: pytest.MonkeyPatch,
+                fault: str) -> Iterator[tuple[Path, WorkerProcess, RawProducer, OutputCollector]]:
+    """A worker whose first process has the fault hook ``fault`` (its marker file), with a producer
+    of raw records and a collector of the outputs; all closed at the end."""
+    marker = tmp_path / fault.lower()
+    monkeypatch.setenv(fault, str(marker))
     worker = WorkerProcess(kafka_broker.bootstrap, f"t{uuid.uuid4().hex[:10]}.", tmp_path)
     ensure_topics(worker.settings)
     raw, out = RawProducer(worker.settings), OutputCollector(worker.settings, unique_group, worker)
     try:
+        yield marker, worker, raw, out
+    finally:
+        worker.close()
+        out.close()
+        raw.close()
+
+
+def test_a_crashed_worker_exits_1_at_once_and_its_next_start_processes(
+        kafka_broker: Any, tmp_path: Path, unique_group: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _deployment(kafka_broker, tmp_path, unique_group, monkeypatch, "RF_FAULT_CRASH") as (marker, worker, raw, out):
         worker.start()
         started = time.monotonic()
         assert worker.wait_exit(60) == 1, worker.log_tail()
@@ -49,20 +64,12 @@ def test_a_crashed_worker_exits_1_at_once_and_its_next_start_processes(
         raw.send(0, *json_record(*evs))
         out.until(lambda o: len(o.rows[T.VALID]) == len(evs), 30, "the turn's events processed after the restart")
         assert worker.alive
-    finally:
-        worker.close()
-        out.close()
-        raw.close()
 
 
-def test_a_worker_that_crashes_during_a_stop_it_was_asked_for_exits_0_and_its_work_is_read_again(
+def test_a_worker_that_crashes_during_a_stop_it_was_asked_for_exits_0_and_its_next_start_processes(
         kafka_broker: Any, tmp_path: Path, unique_group: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    marker = tmp_path / "crashed-on-stop"
-    monkeypatch.setenv("RF_FAULT_CRASH_ON_STOP", str(marker))
-    worker = WorkerProcess(kafka_broker.bootstrap, f"t{uuid.uuid4().hex[:10]}.", tmp_path)
-    ensure_topics(worker.settings)
-    raw, out = RawProducer(worker.settings), OutputCollector(worker.settings, unique_group, worker)
-    try:
+    with _deployment(kafka_broker, tmp_path, unique_group, monkeypatch, "RF_FAULT_CRASH_ON_STOP") as (
+            marker, worker, raw, out):
         worker.start()
         worker.wait_joined()
         first = turn("r-stop-1", "s-stop", T0, horizons=(30, 120))
@@ -81,7 +88,3 @@ def test_a_worker_that_crashes_during_a_stop_it_was_asked_for_exits_0_and_its_wo
         out.until(lambda o: {r["request_id"] for r in o.rows[T.VALID]} >= {"r-stop-1", "r-stop-2"}, 30,
                   "the second turn's events processed after the restart")
         assert worker.stop(40) == 0, worker.log_tail()
-    finally:
-        worker.close()
-        out.close()
-        raw.close()
