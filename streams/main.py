@@ -4,6 +4,11 @@ Contract: blocks until SIGINT/SIGTERM, then lets Faust stop gracefully (the
 agent finishes its record, the producer is flushed, offsets are committed)
 and returns. ``on_stopped`` callbacks run after the worker has stopped, in
 order — the sink uses this to flush and commit last.
+
+Exit codes: 0 after a stop it was asked for, even when one of Faust's services crashed during that
+stop (logged as a warning); 1 when the app crashed before any stop was asked for (the worker stops
+itself, so that its supervisor starts it again); 75 when it left its group over a stall or an
+assignment it cannot serve (:mod:`rewardflow_streams.watch`).
 """
 
 from __future__ import annotations
