@@ -95,28 +95,21 @@ class Faults:
 
     def assignment(self, assigned: Any, changelog_topic: str) -> Any:
         """``RF_FAULT_NO_CHANGELOG``: ``assigned`` without its changelog partitions (once, in the first process)."""
-        marker = self.no_changelog_marker
-        if not marker or os.path.exists(marker):
+        if not _claim(self.no_changelog_marker):
             return assigned
-        with open(marker, "w") as f:
-            f.write(str(os.getpid()))
         log.warning("fault hook: this assignment is seen without its changelog partitions")
         return {tp for tp in assigned if tp.topic != changelog_topic}
 
     def crash(self, app: Any) -> None:
         """``RF_FAULT_CRASH``: a task of one of the app's services raises; ``RF_FAULT_CRASH_ON_STOP``: the
         app crashes during its stop (each once, in the first process)."""
-        if self.crash_marker and not os.path.exists(self.crash_marker):
-            with open(self.crash_marker, "w") as f:
-                f.write(str(os.getpid()))
+        if _claim(self.crash_marker):
 
             async def fail() -> None:
                 raise asyncio.InvalidStateError("RF_FAULT_CRASH: a background task of Faust's table manager failed")
 
             app.tables.add_future(fail())
-        if self.crash_on_stop_marker and not os.path.exists(self.crash_on_stop_marker):
-            with open(self.crash_on_stop_marker, "w") as f:
-                f.write(str(os.getpid()))
+        if _claim(self.crash_on_stop_marker):
 
             async def fail_on_stop(*_: Any, **__: Any) -> None:
                 await app.crash(asyncio.InvalidStateError("RF_FAULT_CRASH_ON_STOP: a service failed during the stop"))
@@ -126,9 +119,7 @@ class Faults:
     def install(self, consumer: Any, raw_topic: str, changelog_topic: str = "") -> None:
         """Install the hooks that replace code: the failing commit, the raising core, the stalled recovery."""
         for marker, topic in ((self.stall_marker, changelog_topic), (self.stall_raw_marker, raw_topic)):
-            if marker and topic and not os.path.exists(marker):
-                with open(marker, "w") as f:
-                    f.write(str(os.getpid()))
+            if topic and _claim(marker):
                 _never_resume(consumer, topic)
         if self.stale_read_marker and not os.path.exists(self.stale_read_marker):
             _read_past(consumer, raw_topic, self.stale_read_marker)
@@ -228,11 +219,19 @@ def _read_past_changelog(consumer: Any, topic: str, marker: str) -> None:
     consumer.seek_wait = seek_wait
 
 
-def _move_read_offsets(tps: list[Any], consumer: Any, marker: str, what: str) -> None:
-    if not tps or os.path.exists(marker):
-        return
+def _claim(marker: str) -> bool:
+    """Whether this process fires a once-only hook: true in the first process to find ``marker`` (a
+    path; empty: the hook is off) missing, which creates it with its pid."""
+    if not marker or os.path.exists(marker):
+        return False
     with open(marker, "w") as f:
         f.write(str(os.getpid()))
+    return True
+
+
+def _move_read_offsets(tps: list[Any], consumer: Any, marker: str, what: str) -> None:
+    if not tps or not _claim(marker):
+        return
     for tp in tps:
         consumer._read_offset[tp] = 2**40
     log.warning("fault hook: Faust's read offset of %s is moved past every record %s", tps[0].topic, what)

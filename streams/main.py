@@ -70,8 +70,8 @@ class Worker(faust.Worker):
 
 async def exit_on_crash(app: Any, stop: Callable[[], None], stopping: Callable[[], bool] = lambda: False,
                         poll_s: float = CRASH_POLL_S) -> None:
-    """Call ``stop`` once any of the app's services crashed, then return; only return if the app
-    crashed once ``stopping()`` was true (its stop is already under way).
+    """Once any of the app's services crashed, call ``stop`` and return; only return when ``stopping()``
+    says a stop was asked for already (the crash is then part of that stop).
 
     Faust runs its services' start and background work in tasks; an exception there (seen: an
     ``InvalidStateError`` of a changelog topic's creation while a rebalance hit a starting worker)
