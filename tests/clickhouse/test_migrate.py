@@ -173,13 +173,14 @@ def test_every_setting_of_the_definition_is_in_force(ch_db: ChDatabase, table: T
 
 def test_migration_10_gives_the_sink_tables_their_merge_settings_idempotently(ch_db: ChDatabase) -> None:
     from rewardflow.clickhouse.columns import MERGE_MEMORY
+    from rewardflow.clickhouse.migrate import _MERGE_AT_10
 
     merged = [t for t in ALL_TABLES if t.merge_settings]
     assert {t.name for t in merged} == {"events", "rewards", "reward_windows", "dead_letters", "late_events",
                                         "exclusions", "alerts"}
     assert all(t.merge_settings == MERGE_MEMORY for t in merged)
     for t in merged:  # as a database migrated before 10 has them
-        ch_db.client.command(f"ALTER TABLE `{t.name}` RESET SETTING {', '.join(MERGE_MEMORY)}")
+        ch_db.client.command(f"ALTER TABLE `{t.name}` RESET SETTING {', '.join(_MERGE_AT_10)}")
     ch_db.client.command("DELETE FROM schema_migrations WHERE version = 10")
     settings = "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'events'"
     assert "vertical_merge_algorithm_min_rows_to_activate" not in str(ch_db.client.command(settings))
@@ -187,5 +188,26 @@ def test_migration_10_gives_the_sink_tables_their_merge_settings_idempotently(ch
     assert migrate(ch_db.client).applied == [10]
     assert "vertical_merge_algorithm_min_rows_to_activate = 16384" in str(ch_db.client.command(settings))
     for statement in MIGRATIONS[9].statements(90):  # each statement is idempotent
+        ch_db.client.command(statement)
+    assert migrate(ch_db.client).applied == []
+
+
+def test_migration_11_caps_the_parts_a_merge_reads_idempotently(ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.columns import MERGE_MEMORY
+
+    assert MERGE_MEMORY["max_parts_to_merge_at_once"] == 4
+    merged = [t for t in ALL_TABLES if t.merge_settings]
+    for t in merged:  # as a database migrated before 11 has them
+        ch_db.client.command(f"ALTER TABLE `{t.name}` RESET SETTING max_parts_to_merge_at_once")
+    ch_db.client.command("DELETE FROM schema_migrations WHERE version = 11")
+    query = "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase()"
+    assert not any("max_parts_to_merge_at_once" in q for _, q in ch_db.client.query(query).result_rows)
+
+    assert migrate(ch_db.client).applied == [11]
+    shown = dict(ch_db.client.query(query).result_rows)
+    for t in merged:
+        assert "max_parts_to_merge_at_once = 4" in shown[t.name], t.name
+        assert "vertical_merge_algorithm_min_rows_to_activate = 16384" in shown[t.name], t.name
+    for statement in MIGRATIONS[10].statements(90):  # each statement is idempotent
         ch_db.client.command(statement)
     assert migrate(ch_db.client).applied == []

@@ -158,6 +158,7 @@ MERGE_MEMORY: dict[str, str | int] = {
     "max_compress_block_size": 131_072,
     "vertical_merge_algorithm_min_rows_to_activate": 16_384,
     "vertical_merge_algorithm_min_columns_to_activate": 1,
+    "max_parts_to_merge_at_once": 4,
 }
 """Merge settings of the sink-fed tables: what one insert or merge holds in memory stays small.
 
@@ -168,6 +169,10 @@ MERGE_MEMORY: dict[str, str | int] = {
   copies the other columns one at a time (the *vertical* algorithm), reading one column of each
   part at a time instead of all of them. With the engine's defaults (131,072 rows, 11 columns
   outside the key) every ``events`` merge read all its columns at once.
+* ``max_parts_to_merge_at_once``: a merge reads at most 4 parts, not up to 100. Each part it reads
+  holds a read buffer of up to 1 MB per column being read, so once parts grow past a few MB a merge
+  of 8-10 of them held twice what a merge of 4 does. Parts still grow by merging, four at a time:
+  a partition keeps a few more of them (21 against 8 over 3M ``events`` rows).
 
 Figures: ``bench/README.md``, "Memory as finalised turns grow tenfold".
 """

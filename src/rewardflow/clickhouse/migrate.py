@@ -51,6 +51,8 @@ _MERGE_AT_10: dict[str, str | int] = {
     "vertical_merge_algorithm_min_rows_to_activate": 16_384,
     "vertical_merge_algorithm_min_columns_to_activate": 1,
 }
+# ...and the one migration 11 adds.
+_MERGE_AT_11: dict[str, str | int] = {"max_parts_to_merge_at_once": 4}
 _MERGE_TABLES_AT_10 = ("events", "rewards", "reward_windows", "dead_letters", "late_events", "exclusions", "alerts")
 
 
@@ -94,6 +96,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # small write buffers and one column at a time in merges (MERGE_MEMORY); parts already stored are left as they are
     Migration(10, "merges that hold less memory", lambda ttl: [
         modify_settings(table(name), _MERGE_AT_10) for name in _MERGE_TABLES_AT_10
+    ]),
+    # merges of at most 4 parts (MERGE_MEMORY): what a merge holds stops growing with the parts' size
+    Migration(11, "merges of at most four parts", lambda ttl: [
+        modify_settings(table(name), _MERGE_AT_11) for name in _MERGE_TABLES_AT_10
     ]),
 )
 
