@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +34,22 @@ Handle = Callable[[list[Any]], Awaitable[None]]
 # after its whole wait though records arrived meanwhile (the next fetch has them): a short wait
 # bounds that delay (bench/README.md, "After an assignment").
 FETCH_TIMEOUT_S = 0.2
+
+
+class LoopStage:
+    """Where :func:`drain` is and since when, for the stall watch's log lines (one loop a process)."""
+
+    def __init__(self) -> None:
+        self.stage, self.since = "not started", time.monotonic()
+
+    def enter(self, stage: str) -> None:
+        self.stage, self.since = stage, time.monotonic()
+
+    def describe(self) -> str:
+        return f"{self.stage} for {time.monotonic() - self.since:.1f} s"
+
+
+LOOP = LoopStage()
 
 
 def install(consumer: Any, raw_topic: str, handle: Handle) -> None:
@@ -58,7 +75,9 @@ async def drain(consumer: Any, fetcher: Any, raw_topic: str, handle: Handle) -> 
     try:
         while not (consumer.should_stop or fetcher.should_stop):
             batch: list[Any] = []
+            LOOP.enter("fetching")
             fetched, generation = await fetch(consumer, FETCH_TIMEOUT_S)
+            LOOP.enter("taking a fetch's records")
             for tp, records in fetched:
                 if stale(generation):
                     break
@@ -83,7 +102,9 @@ async def drain(consumer: Any, fetcher: Any, raw_topic: str, handle: Handle) -> 
                         break
             await asyncio.sleep(0)  # a fetch may return at once, again and again: let the loop run
             if batch:
+                LOOP.enter(f"processing a batch of {len(batch)} records")
                 await handle(batch)
+        LOOP.enter("stopped")
     except consumer.consumer_stopped_errors:
         if not consumer.app.should_stop:
             raise
@@ -101,6 +122,8 @@ async def fetch(consumer: Any, timeout: float) -> tuple[list[tuple[Any, list[Any
     work: no round-robin across topics (a batch is split by partition anyway), and the flow, the
     generation and the high watermark are looked at once a partition, not once a record.
     """
+    if not consumer.flow_active:
+        LOOP.enter("waiting for the flow to resume")  # (Faust's fetch waits for it)
     records, active = await consumer._wait_next_records(timeout)
     generation = consumer.app.consumer_generation_id
     if records is None or consumer.should_stop:

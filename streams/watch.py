@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from rewardflow.settings import Settings
+from rewardflow_streams import bulk
 from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.recovery import (EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot,
@@ -132,15 +133,16 @@ class WorkerWatch:
             for p, tp in stuck.items():
                 await consumer.seek(tp, targets[p])
                 self._progress[p] = now  # judged again from now
-            log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s (%s): "
+            log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s (%s; %s): "
                         "resumed their fetching from offset(s) %s", ", ".join(map(str, fresh)),
                         ", ".join(str(behind[p]) for p in fresh), self.settings.worker_stall_timeout_s,
-                        "; ".join(f"{p}: {seen[p]}" for p in fresh), ", ".join(str(targets[p]) for p in fresh))
+                        "; ".join(f"{p}: {seen[p]}" for p in fresh), _loop_state(consumer),
+                        ", ".join(str(targets[p]) for p in fresh))
             self.metrics.counters["stalls_resumed"] += 1
         elif stalled and not self.exit_code:
             self.leave(f"raw partition(s) {', '.join(map(str, stalled))} have records to process "
-                       f"({', '.join(str(behind[p]) for p in stalled)}) and none was processed, even after resuming "
-                       "their fetching,")
+                       f"({', '.join(str(behind[p]) for p in stalled)}; {_loop_state(self.app.consumer)}) and none "
+                       "was processed, even after resuming their fetching,")
 
     def _behind(self, tps: list[Any]) -> dict[int, tuple[int, int]]:
         """Per raw partition: the records past the group's committed offset, and that offset (one blocking
@@ -178,6 +180,11 @@ async def _position(consumer: Any, tp: Any) -> int | None:
             return cast(int | None, await consumer.position(tp))
     except Exception:  # noqa: BLE001 - a diagnosis only
         return None
+
+
+def _loop_state(consumer: Any) -> str:
+    """The flow and the fetch loop's stage, for a stall's log line."""
+    return f"flow {'on' if getattr(consumer, 'flow_active', None) else 'off'}, fetch loop {bulk.LOOP.describe()}"
 
 
 def _first(value: int | None, default: int) -> int:
