@@ -21,7 +21,9 @@ can leave the partition out of the set Faust fetches; and records of the previou
 generation, delivered after the rebalance's seek, move Faust's read offset past the records
 fetched again, which its fetch loop then drops as already read (only a later record would show
 the hole to the gap guard). A third, with the read offset and the fetch set in order, is seen
-but not understood. :func:`stalled_processing` names such partitions from the committed
+but not understood: in the cases logged so far, aiokafka had a fetch of those very partitions, at
+their positions, in flight to the broker, and no response came for the whole timeout (the log lines
+say what the client holds: :func:`~rewardflow_streams.clientstate.client_state`). :func:`stalled_processing` names such partitions from the committed
 and end offsets and the time of each partition's last processed record. The worker first puts
 the partition back in the fetch set and seeks it to the next offset it must process, which also
 resets Faust's read offset (:func:`fetch_state` logs what Faust held); only a partition still
@@ -44,6 +46,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from rewardflow_streams.clientstate import client_state
 
 EXIT_RECOVERY_STALLED = 75  # EX_TEMPFAIL: the supervisor starts the worker again
 
@@ -143,4 +147,5 @@ def fetch_state(consumer: Any, tp: Any, position: int | None = None) -> str:
     fetching = "?" if active is None else ("yes" if tp in active else "no")
     flags = (", paused" if tp in paused else "") + (", buffered" if tp in buffered else "")
     at = "" if position is None else f", position {position}"
-    return f"read offset {read}, fetching {fetching}{flags}{at}"
+    return f"read offset {read}, fetching {fetching}{flags}{at}{client_state(consumer, tp)}"
+

@@ -1,0 +1,77 @@
+"""What aiokafka's fetcher holds for a partition, for the stall watch's log lines.
+
+A worker's raw partition can stall with Faust's side in order (read offset, fetch set, flow): the
+cause then lies in the Kafka client underneath. :func:`client_state` says what that client holds
+for the partition: fetched records not yet taken (from which offset), whether it is paused, its
+fetch position, whether the fetcher's background routine still runs, and each fetch request in
+flight: the partitions and offsets it asked for, whether it belongs to the current assignment, and
+the chain of awaits it is suspended in (down to the future it waits on).
+
+Contract: read-only. It reads private fields of aiokafka (0.14) from Faust's event loop while the
+consumer's own thread runs, so a value can be a moment old; it is a diagnosis, never a decision.
+It never raises: with another aiokafka, or a consumer that is not aiokafka's, it returns ''.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_MAX_AWAITS = 12
+
+
+def client_state(consumer: Any, tp: Any) -> str:
+    """``"; client: buffered from 614, paused no, position 614, fetcher running, in flight [1],
+    pending …, held [...]"`` for Faust's ``consumer`` and ``tp``, or '' when it cannot be read."""
+    try:
+        client = consumer._thread._consumer
+        fetcher = client._fetcher
+        assignment = client._subscription.subscription.assignment
+        state = assignment.state_value(tp)
+        held = fetcher._records.get(tp)
+        records = getattr(held, "_partition_records", None) if held is not None else None
+        buffered = ("none" if held is None else
+                    f"from {records.next_fetch_offset}" if records is not None else "spent")
+        task = fetcher._fetch_task
+        routine = "cancelled" if task.cancelled() else "ended" if task.done() else "running"
+        position = state.position if state.has_valid_position else "?"
+        pending = "; ".join(_request(t, assignment) for t in list(fetcher._pending_tasks)) or "none"
+        others = sorted(_short(t) for t in list(fetcher._records))
+        return (f"; client: buffered {buffered}, paused {'yes' if state.paused else 'no'}, position {position}, "
+                f"fetcher {routine}, in flight {sorted(fetcher._in_flight)}, pending {pending}, held {others}")
+    except Exception:  # noqa: BLE001 - another aiokafka, or not one: say nothing
+        return ""
+
+
+def _short(tp: Any) -> str:
+    """``changelog-1`` for ``<app>.worker-join-state-changelog`` partition 1: the topic's last dotted part."""
+    return f"{tp.topic.rsplit('.', 1)[-1]}-{tp.partition}"
+
+
+def _request(task: Any, assignment: Any) -> str:
+    """One pending fetcher task: the partitions and offsets it asked for, whether its assignment is the
+    current one, and the awaits it is suspended in."""
+    coro = task.get_coro()
+    frame = getattr(coro, "cr_frame", None)
+    local = frame.f_locals if frame is not None else {}
+    request = local.get("request")
+    asked = [f"{topic.rsplit('.', 1)[-1]}:" + ",".join(f"{p}@{offset}" for p, offset, *_ in parts)
+             for topic, parts in getattr(request, "topics", None) or []]
+    current = "current" if local.get("assignment") is assignment else "older assignment"
+    return f"[{' '.join(asked)}] {current}, awaiting {awaits(task)}"
+
+
+def awaits(task: Any) -> str:
+    """``f:747 > g:478 > <Future pending …>``: each coroutine of ``task``'s await chain with its line,
+    then the future the task is suspended on (asyncio's ``Task._fut_waiter``), when it is."""
+    steps: list[str] = []
+    node: Any = task.get_coro()
+    while node is not None and len(steps) < _MAX_AWAITS:
+        frame = getattr(node, "cr_frame", None) or getattr(node, "gi_frame", None)
+        if frame is None and not hasattr(node, "cr_await") and not hasattr(node, "gi_yieldfrom"):
+            break  # an awaitable that is not a coroutine: the future below names it
+        steps.append(f"{getattr(node, '__qualname__', type(node).__name__)}:{frame.f_lineno if frame else '?'}")
+        node = getattr(node, "cr_await", None) or getattr(node, "gi_yieldfrom", None)
+    waiter = getattr(task, "_fut_waiter", None)
+    if waiter is not None:
+        steps.append(repr(waiter)[:160])
+    return " > ".join(steps)
