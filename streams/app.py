@@ -164,7 +164,7 @@ class JoinWorker:
         self._confirming: asyncio.Future[None] | None = None  # the acks of the batch last sent
         bulk.install(self.app.consumer, self.raw_topic.get_topic_name(), self._handle)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
-        self.watch = WorkerWatch(self.app, settings, self.metrics, self._gaps, self.raw_topic.get_topic_name(),
+        self.watch = WorkerWatch(self.app, settings, self.metrics, self.raw_topic.get_topic_name(),
                                  self._broker_committed, self._admin)
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
         self._watching: asyncio.Task[None] | None = None

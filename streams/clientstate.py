@@ -36,8 +36,11 @@ def client_state(consumer: Any, tp: Any) -> str:
         position = state.position if state.has_valid_position else "?"
         pending = "; ".join(_request(t, assignment) for t in list(fetcher._pending_tasks)) or "none"
         others = sorted(_short(t) for t in list(fetcher._records))
+        conns = "; ".join(_connection(key, conn) for key, conn in list(client._client._conns.items())
+                          if key[0] in fetcher._in_flight) or "none"
         return (f"; client: buffered {buffered}, paused {'yes' if state.paused else 'no'}, position {position}, "
-                f"fetcher {routine}, in flight {sorted(fetcher._in_flight)}, pending {pending}, held {others}")
+                f"fetcher {routine}, in flight {sorted(fetcher._in_flight)}, pending {pending}, held {others}, "
+                f"connections {conns}")
     except Exception:  # noqa: BLE001 - another aiokafka, or not one: say nothing
         return ""
 
@@ -58,6 +61,17 @@ def _request(task: Any, assignment: Any) -> str:
              for topic, parts in getattr(request, "topics", None) or []]
     current = "current" if local.get("assignment") is assignment else "older assignment"
     return f"[{' '.join(asked)}] {current}, awaiting {awaits(task)}"
+
+
+def _connection(key: Any, conn: Any) -> str:
+    """``node 1 (group 0): connected, reader running, awaiting 2 answers (FetchRequest_v4, …)``: a
+    connection of the nodes with a fetch in flight, and the requests on it still without an answer
+    (a broker answers a connection's requests in order)."""
+    task = conn._read_task
+    reader = "none" if task is None else "ended" if task.done() else "running"
+    names = [type(request).__name__ for _, request, _ in list(conn._requests)]
+    return (f"node {key[0]} (group {int(key[1])}): {'connected' if conn.connected() else 'not connected'}, "
+            f"reader {reader}, awaiting {len(names)} answers ({', '.join(names)})")
 
 
 def awaits(task: Any) -> str:

@@ -21,12 +21,15 @@ can leave the partition out of the set Faust fetches; and records of the previou
 generation, delivered after the rebalance's seek, move Faust's read offset past the records
 fetched again, which its fetch loop then drops as already read (only a later record would show
 the hole to the gap guard). A third, with the read offset and the fetch set in order, is seen
-but not understood: in the cases logged so far, aiokafka had a fetch of those very partitions, at
-their positions, in flight to the broker, and no response came for the whole timeout (the log lines
-say what the client holds: :func:`~rewardflow_streams.clientstate.client_state`). :func:`stalled_processing` names such partitions from the committed
+but not understood: in the cases logged so far, every record up to the end of the partition had
+been fetched, taken by the fetch loop and admitted by the gap guard, yet the group's committed
+offset stayed where the assignment found it, so the records looked unprocessed (the log lines say
+what Faust holds towards its next commit and what the Kafka client holds:
+:func:`~rewardflow_streams.clientstate.client_state`). :func:`stalled_processing` names such partitions from the committed
 and end offsets and the time of each partition's last processed record. The worker first puts
-the partition back in the fetch set and seeks it to the next offset it must process, which also
-resets Faust's read offset (:func:`fetch_state` logs what Faust held); only a partition still
+the partition back in the fetch set and seeks it back to the group's committed offset, which also
+resets Faust's read offset (what is not committed is delivered again, so records processed and never
+committed get their commit) (:func:`fetch_state` logs what Faust held); only a partition still
 stuck one timeout later makes it leave.
 
 A partition can also be assigned with nothing to restore from: Faust's group leader hands each
@@ -147,5 +150,17 @@ def fetch_state(consumer: Any, tp: Any, position: int | None = None) -> str:
     fetching = "?" if active is None else ("yes" if tp in active else "no")
     flags = (", paused" if tp in paused else "") + (", buffered" if tp in buffered else "")
     at = "" if position is None else f", position {position}"
-    return f"read offset {read}, fetching {fetching}{flags}{at}{client_state(consumer, tp)}"
+    return f"read offset {read}, fetching {fetching}{flags}{at}{_acks(consumer, tp)}{client_state(consumer, tp)}"
+
+
+def _acks(consumer: Any, tp: Any) -> str:
+    """``, acked 12 (343..354), last commit 341, gaps 0``: what Faust holds towards its next commit of ``tp``
+    (a commit takes the acked offsets consecutive from the last commit, gaps filled; '' when unreadable)."""
+    try:
+        acked = sorted(consumer._acked[tp])
+        span = f" ({acked[0]}..{acked[-1]})" if acked else ""
+        return (f", acked {len(acked)}{span}, last commit {consumer._committed_offset.get(tp)}, "
+                f"gaps {len(consumer._gap.get(tp) or ())}")
+    except Exception:  # noqa: BLE001 - another faust-streaming: say nothing
+        return ""
 

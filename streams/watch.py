@@ -8,7 +8,8 @@ starts its own timers only after a recovery; this must run during one), and look
   once to where Faust's recovery stands; stalled again, the worker leaves the group.
 * **A raw partition** with records past the group's committed offset and none processed for
   ``worker_stall_timeout_s`` (judged from the end of the last assignment's recovery) is put back in
-  the fetch set and sought to its next offset to process, once; stalled again, the worker leaves.
+  the fetch set and sought back to that committed offset, once (what is not committed is delivered
+  again, records processed already included); stalled again, the worker leaves.
 * **Leaving** (:meth:`WorkerWatch.leave`): a clean stop through Faust's SIGTERM path (flush, commit,
   leave the group), then exit 75 (:data:`~rewardflow_streams.recovery.EXIT_RECOVERY_STALLED`), so
   a fresh member of the group takes the partitions over; ``rewardflow run`` starts the worker again.
@@ -29,7 +30,6 @@ from typing import Any, cast
 
 from rewardflow.settings import Settings
 from rewardflow_streams import bulk
-from rewardflow_streams.gaps import GapGuard
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.recovery import (EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot,
                                          stalled_processing)
@@ -40,11 +40,11 @@ log = logging.getLogger("rewardflow.streams")
 class WorkerWatch:
     """Recovery and processing stall watch of one worker (see the module doc)."""
 
-    def __init__(self, app: Any, settings: Settings, metrics: WorkerMetrics, gaps: GapGuard, raw_topic: str,
+    def __init__(self, app: Any, settings: Settings, metrics: WorkerMetrics, raw_topic: str,
                  broker_committed: Callable[[list[Any]], dict[Any, int | None]], admin: Callable[[], Any]) -> None:
         """``broker_committed``: the group's committed offsets of some partitions (blocking);
         ``admin``: the worker's confluent-kafka AdminClient."""
-        self.app, self.settings, self.metrics, self.gaps = app, settings, metrics, gaps
+        self.app, self.settings, self.metrics = app, settings, metrics
         self.raw_topic = raw_topic
         self._broker_committed, self._admin = broker_committed, admin
         self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
@@ -123,13 +123,15 @@ class WorkerWatch:
         behind = {p: n for p, (n, _) in offsets.items()}
         stalled = stalled_processing(now, self._live_since, self._progress, behind, self.settings.worker_stall_timeout_s)
         fresh = [p for p in stalled if p not in self._resumed]
-        if fresh:  # first remedy: back in the fetch set, and sought to the next offset to process
+        if fresh:  # first remedy: back in the fetch set, and sought back to the group's committed offset
             self._resumed.update(fresh)
             consumer = self.app.consumer
             stuck = {tp.partition: tp for tp in tps if tp.partition in fresh}
             seen = {p: fetch_state(consumer, tp, await _position(consumer, tp)) for p, tp in stuck.items()}
             consumer.resume_partitions(set(stuck.values()))
-            targets = {p: _first(self.gaps.expected(p), offsets[p][1]) for p in stuck}
+            # what is not committed is delivered again, even records processed already (their outputs keep
+            # their ids, so a redelivery is stored once): whatever kept their commit back goes too
+            targets = {p: offsets[p][1] for p in stuck}
             for p, tp in stuck.items():
                 await consumer.seek(tp, targets[p])
                 self._progress[p] = now  # judged again from now
@@ -186,6 +188,3 @@ def _loop_state(consumer: Any) -> str:
     """The flow and the fetch loop's stage, for a stall's log line."""
     return f"flow {'on' if getattr(consumer, 'flow_active', None) else 'off'}, fetch loop {bulk.LOOP.describe()}"
 
-
-def _first(value: int | None, default: int) -> int:
-    return default if value is None else value
