@@ -165,7 +165,7 @@ class JoinWorker:
         bulk.install(self.app.consumer, self.raw_topic.get_topic_name(), self._handle)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.watch = WorkerWatch(self.app, settings, self.metrics, self.raw_topic.get_topic_name(),
-                                 self._broker_committed, self._admin)
+                                 self._broker_committed, self._admin, self._outputs_state)
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
         self._watching: asyncio.Task[None] | None = None
         self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
@@ -341,6 +341,12 @@ class JoinWorker:
     def exit_code(self) -> int:
         """Nonzero once the worker stopped itself (:meth:`WorkerWatch.leave`): its process's exit code."""
         return self.watch.exit_code
+
+    def _outputs_state(self) -> str:
+        """``, outputs: 0 records unconfirmed, last batch acked``: for the stall watch's log lines."""
+        last = self._confirming
+        acks = "none sent" if last is None else "acked" if last.done() else "waiting for its outputs"
+        return f", outputs: {self.sender.pending} records unconfirmed, last batch {acks}"
 
     def _current(self, msgs: list[Any]) -> bool:
         """Whether these messages may be processed now: fetched under the current consumer generation,

@@ -41,12 +41,14 @@ class WorkerWatch:
     """Recovery and processing stall watch of one worker (see the module doc)."""
 
     def __init__(self, app: Any, settings: Settings, metrics: WorkerMetrics, raw_topic: str,
-                 broker_committed: Callable[[list[Any]], dict[Any, int | None]], admin: Callable[[], Any]) -> None:
+                 broker_committed: Callable[[list[Any]], dict[Any, int | None]], admin: Callable[[], Any],
+                 outputs: Callable[[], str] = lambda: "") -> None:
         """``broker_committed``: the group's committed offsets of some partitions (blocking);
-        ``admin``: the worker's confluent-kafka AdminClient."""
+        ``admin``: the worker's confluent-kafka AdminClient; ``outputs``: where the worker's sent
+        outputs stand, for a stall's log line."""
         self.app, self.settings, self.metrics = app, settings, metrics
         self.raw_topic = raw_topic
-        self._broker_committed, self._admin = broker_committed, admin
+        self._broker_committed, self._admin, self._outputs = broker_committed, admin, outputs
         self.recovery = RecoveryWatch(settings.worker_stall_timeout_s)
         self.exit_code = 0  # set when the worker stops itself (a stall, or an assignment it cannot serve)
         self._progress: dict[int, float] = {}  # raw partition -> when a record of it was last processed
@@ -138,7 +140,7 @@ class WorkerWatch:
             log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s (%s; %s): "
                         "resumed their fetching from offset(s) %s", ", ".join(map(str, fresh)),
                         ", ".join(str(behind[p]) for p in fresh), self.settings.worker_stall_timeout_s,
-                        "; ".join(f"{p}: {seen[p]}" for p in fresh), _loop_state(consumer),
+                        "; ".join(f"{p}: {seen[p]}" for p in fresh), _loop_state(consumer) + self._outputs(),
                         ", ".join(str(targets[p]) for p in fresh))
             self.metrics.counters["stalls_resumed"] += 1
         elif stalled and not self.exit_code:

@@ -89,6 +89,8 @@ def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
     assert says in log and "exiting 75" in log
     if hook != "RF_FAULT_NO_CHANGELOG":  # the stall lines say what the Kafka client holds as well
         assert re.search(r"; client: buffered (none|from \d+|spent), paused (yes|no), position", log), log[-3000:]
+    if hook == "RF_FAULT_STALL_RAW":  # and where the outputs of its last batch stand
+        assert re.search(r"outputs: \d+ records unconfirmed, last batch (none sent|acked|waiting)", log), log[-3000:]
     assert _raw_committed(d.settings) == before  # it processed nothing: no record of the second half committed
     d.worker.argv += ["--log-level", "INFO"]  # the recovery's timing is logged at INFO
     d.worker.restart(60)  # the hook fired once: this start restores normally
