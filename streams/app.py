@@ -60,7 +60,7 @@ from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
 from rewardflow_streams import bulk
-from rewardflow_streams.commits import CommitLedger, group_offsets, log_starts
+from rewardflow_streams.commits import CommitLedger, group_offsets, install_unique_acks, log_starts
 from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
@@ -163,6 +163,7 @@ class JoinWorker:
         self._clock = time.perf_counter()  # the end of the last batch (the "wait" stage runs from it)
         self._confirming: asyncio.Future[None] | None = None  # the acks of the batch last sent
         bulk.install(self.app.consumer, self.raw_topic.get_topic_name(), self._handle)
+        install_unique_acks(self.app.consumer)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.watch = WorkerWatch(self.app, settings, self.metrics, self.raw_topic.get_topic_name(),
                                  self._broker_committed, self._admin, self._outputs_state)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from faust.tables import TableManager
 
@@ -60,6 +60,30 @@ class CommitLedger(TableManager):
             if tp in assigned and offset is not None and offset > self.confirmed.get(tp, -1):
                 self.confirmed[tp] = offset
 
+
+
+def install_unique_acks(consumer: Any) -> None:
+    """Make Faust's commit see each acked offset of a partition once.
+
+    Faust commits the first run of consecutive offsets in its sorted ``_acked`` list
+    (``Consumer._new_offset``), and it adds the offsets of its gap intervals to that list without
+    looking at what is acked already. An offset there twice ends the run: ``341 341 342 342 …``
+    commits one offset at a time, once a commit interval, and a partition with hundreds of records
+    to commit looks stalled for minutes. Seen after a restart: every offset from the committed one
+    to the log end was in the list twice. Here the list is made unique (and sorted, as Faust keeps
+    it) before each of Faust's own steps; a duplicate its gaps add in one commit is gone by the next.
+    """
+    real = consumer._new_offset
+
+    def new_offset(tp: Any) -> int | None:
+        acked = consumer._acked[tp]
+        if len(acked) > 1:
+            unique = sorted(set(acked))
+            if len(unique) != len(acked):
+                acked[:] = unique
+        return cast(int | None, real(tp))
+
+    consumer._new_offset = new_offset
 
 
 def group_offsets(admin: Any, group: str, tps: list[Any]) -> dict[Any, int | None]:

@@ -20,11 +20,11 @@ yet the worker never processes them. Two ways are known: a rebalance that interr
 can leave the partition out of the set Faust fetches; and records of the previous consumer
 generation, delivered after the rebalance's seek, move Faust's read offset past the records
 fetched again, which its fetch loop then drops as already read (only a later record would show
-the hole to the gap guard). A third, with the read offset and the fetch set in order, is seen
-but not understood: in the cases logged so far, every record up to the end of the partition had
-been fetched, taken by the fetch loop and admitted by the gap guard, yet the group's committed
-offset stayed where the assignment found it, so the records looked unprocessed (the log lines say
-what Faust holds towards its next commit and what the Kafka client holds:
+the hole to the gap guard). A third, with the read offset and the fetch set in order: every
+record up to the end of the partition had been processed and acked, yet the group's committed
+offset hardly moved, because each offset was acked twice and Faust commits the first run of
+consecutive acked offsets (:func:`~rewardflow_streams.commits.install_unique_acks` answers it; the
+log lines say what Faust holds towards its next commit and what the Kafka client holds:
 :func:`~rewardflow_streams.clientstate.client_state`). :func:`stalled_processing` names such partitions from the committed
 and end offsets and the time of each partition's last processed record. The worker first puts
 the partition back in the fetch set and seeks it back to the group's committed offset, which also
