@@ -21,7 +21,8 @@ _MAX_AWAITS = 12
 
 def client_state(consumer: Any, tp: Any) -> str:
     """``"; client: buffered from 614, paused no, position 614, fetcher running, in flight [1],
-    pending …, held [...]"`` for Faust's ``consumer`` and ``tp``, or '' when it cannot be read."""
+    pending …, held [...], connections …"`` for Faust's ``consumer`` and ``tp``, or '' when it
+    cannot be read."""
     try:
         client = consumer._thread._consumer
         fetcher = client._fetcher

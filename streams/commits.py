@@ -77,10 +77,9 @@ def install_unique_acks(consumer: Any) -> None:
 
     def new_offset(tp: Any) -> int | None:
         acked = consumer._acked[tp]
-        if len(acked) > 1:
-            unique = sorted(set(acked))
-            if len(unique) != len(acked):
-                acked[:] = unique
+        unique = set(acked)
+        if len(unique) != len(acked):
+            acked[:] = sorted(unique)
         return cast(int | None, real(tp))
 
     consumer._new_offset = new_offset

@@ -23,14 +23,14 @@ fetched again, which its fetch loop then drops as already read (only a later rec
 the hole to the gap guard). A third, with the read offset and the fetch set in order: every
 record up to the end of the partition had been processed and acked, yet the group's committed
 offset hardly moved, because each offset was acked twice and Faust commits the first run of
-consecutive acked offsets (:func:`~rewardflow_streams.commits.install_unique_acks` answers it; the
-log lines say what Faust holds towards its next commit and what the Kafka client holds:
-:func:`~rewardflow_streams.clientstate.client_state`). :func:`stalled_processing` names such partitions from the committed
-and end offsets and the time of each partition's last processed record. The worker first puts
-the partition back in the fetch set and seeks it back to the group's committed offset, which also
-resets Faust's read offset (what is not committed is delivered again, so records processed and never
-committed get their commit) (:func:`fetch_state` logs what Faust held); only a partition still
-stuck one timeout later makes it leave.
+consecutive acked offsets (:func:`~rewardflow_streams.commits.install_unique_acks` answers it).
+:func:`stalled_processing` names such partitions from the committed and end offsets and the time
+of each partition's last processed record. The worker first puts the partition back in the fetch
+set and seeks it back to the group's committed offset, which also resets Faust's read offset:
+what is not committed is delivered again, so records processed and never committed get their
+commit. :func:`fetch_state` logs what Faust held towards its next commit and what the Kafka client
+held (:func:`~rewardflow_streams.clientstate.client_state`); only a partition still stuck one
+timeout later makes it leave.
 
 A partition can also be assigned with nothing to restore from: Faust's group leader hands each
 raw partition's changelog partition to its owner only when the leader's consumer metadata holds the
@@ -163,4 +163,3 @@ def _acks(consumer: Any, tp: Any) -> str:
                 f"gaps {len(consumer._gap.get(tp) or ())}")
     except Exception:  # noqa: BLE001 - another faust-streaming: say nothing
         return ""
-

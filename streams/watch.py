@@ -189,4 +189,3 @@ async def _position(consumer: Any, tp: Any) -> int | None:
 def _loop_state(consumer: Any) -> str:
     """The flow and the fetch loop's stage, for a stall's log line."""
     return f"flow {'on' if getattr(consumer, 'flow_active', None) else 'off'}, fetch loop {bulk.LOOP.describe()}"
-

@@ -95,9 +95,8 @@ def test_a_stalled_takeover_is_left_within_its_timeout_and_nothing_is_lost(
     d.worker.argv += ["--log-level", "INFO"]  # the recovery's timing is logged at INFO
     d.worker.restart(60)  # the hook fired once: this start restores normally
     sender.finish()
-    # The fresh start's raw fetches sometimes return nothing at the committed offsets (a stall of
-    # Faust's and aiokafka's, not a hook's); its watch then leaves the group, and the worker is
-    # started again as `rewardflow run` starts it. The rewards must be exact either way.
+    # Should the fresh start stall of itself (not through a hook), its watch leaves the group and
+    # the worker is started again, as `rewardflow run` starts it. The rewards must be exact either way.
     restarts: list[str] = []
     drained_s = _drain(d, sink, restarts)
     log = d.worker.log_tail(200_000)
