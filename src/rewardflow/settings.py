@@ -106,6 +106,7 @@ class Settings(BaseSettings):
     # --- sink ----------------------------------------------------------------------
     sink_batch_rows: int = Field(50_000, ge=1)
     sink_batch_seconds: float = Field(1.0, gt=0, description="The sink inserts at most this long after the oldest row it holds (one insert per table): a final reward is readable about this long after the worker emitted it, plus the insert.")
+    heap_trim_seconds: float = Field(2.0, ge=0, le=3600, description="`rewardflow run` gives the C heap's free pages back to the system this often (glibc's malloc_trim, ~2 ms a call); 0 never.")
 
     # --- web / metrics / read endpoint ------------------------------------------------
     web_host: str = Field("127.0.0.1", description="Address of the read endpoint (web_port) and the worker's metrics (web_port + 1).")

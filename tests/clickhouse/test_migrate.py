@@ -192,22 +192,27 @@ def test_migration_10_gives_the_sink_tables_their_merge_settings_idempotently(ch
     assert migrate(ch_db.client).applied == []
 
 
-def test_migration_11_caps_the_parts_a_merge_reads_idempotently(ch_db: ChDatabase) -> None:
+@pytest.mark.parametrize(("version", "setting", "value"), [
+    (11, "max_parts_to_merge_at_once", 4),  # a merge reads at most four parts
+    (12, "merge_max_block_size", 2048),  # in blocks of 2,048 rows
+])
+def test_migrations_11_and_12_give_merge_settings_to_existing_tables_idempotently(
+        ch_db: ChDatabase, version: int, setting: str, value: int) -> None:
     from rewardflow.clickhouse.columns import MERGE_MEMORY
 
-    assert MERGE_MEMORY["max_parts_to_merge_at_once"] == 4
+    assert MERGE_MEMORY[setting] == value
     merged = [t for t in ALL_TABLES if t.merge_settings]
-    for t in merged:  # as a database migrated before 11 has them
-        ch_db.client.command(f"ALTER TABLE `{t.name}` RESET SETTING max_parts_to_merge_at_once")
-    ch_db.client.command("DELETE FROM schema_migrations WHERE version = 11")
+    for t in merged:  # as a database migrated before this version has them
+        ch_db.client.command(f"ALTER TABLE `{t.name}` RESET SETTING {setting}")
+    ch_db.client.command(f"DELETE FROM schema_migrations WHERE version = {version}")
     query = "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase()"
-    assert not any("max_parts_to_merge_at_once" in q for _, q in ch_db.client.query(query).result_rows)
+    assert not any(setting in q for _, q in ch_db.client.query(query).result_rows)
 
-    assert migrate(ch_db.client).applied == [11]
+    assert migrate(ch_db.client).applied == [version]
     shown = dict(ch_db.client.query(query).result_rows)
     for t in merged:
-        assert "max_parts_to_merge_at_once = 4" in shown[t.name], t.name
+        assert f"{setting} = {value}" in shown[t.name], t.name
         assert "vertical_merge_algorithm_min_rows_to_activate = 16384" in shown[t.name], t.name
-    for statement in MIGRATIONS[10].statements(90):  # each statement is idempotent
+    for statement in MIGRATIONS[version - 1].statements(90):  # each statement is idempotent
         ch_db.client.command(statement)
     assert migrate(ch_db.client).applied == []

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import typer
 
 from rewardflow.children import default_worker_count, worker_metrics_ports
+from rewardflow.heaptrim import HeapTrimmer
 from rewardflow.settings import Settings, load_settings
 
 log = logging.getLogger("rewardflow.run")
@@ -150,6 +151,7 @@ def command(
             reads.stop()
 
     code = 0
+    trimmer = HeapTrimmer(settings.heap_trim_seconds).start() if sink else None
     try:
         if worker:  # the workers need Kafka only: they start while the sink prepares ClickHouse
             from rewardflow.children import WorkerSupervisor
@@ -196,6 +198,8 @@ def command(
         if status is not None:
             status.stopped.set()
         stop_sink()
+        if trimmer is not None:
+            trimmer.stop()
     raise typer.Exit(code)
 
 

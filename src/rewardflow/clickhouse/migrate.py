@@ -53,6 +53,8 @@ _MERGE_AT_10: dict[str, str | int] = {
 }
 # ...and the one migration 11 adds.
 _MERGE_AT_11: dict[str, str | int] = {"max_parts_to_merge_at_once": 4}
+# ...and the one migration 12 adds.
+_MERGE_AT_12: dict[str, str | int] = {"merge_max_block_size": 2_048}
 _MERGE_TABLES_AT_10 = ("events", "rewards", "reward_windows", "dead_letters", "late_events", "exclusions", "alerts")
 
 
@@ -100,6 +102,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # merges of at most 4 parts (MERGE_MEMORY): what a merge holds stops growing with the parts' size
     Migration(11, "merges of at most four parts", lambda ttl: [
         modify_settings(table(name), _MERGE_AT_11) for name in _MERGE_TABLES_AT_10
+    ]),
+    # merges read and write blocks of 2,048 rows (MERGE_MEMORY)
+    Migration(12, "merges in smaller blocks", lambda ttl: [
+        modify_settings(table(name), _MERGE_AT_12) for name in _MERGE_TABLES_AT_10
     ]),
 )
 
