@@ -35,7 +35,11 @@ For each size N (``--sizes``, default 100k, 300k, 1M events) and each repeat (``
 4. memory: ``VmHWM`` (peak RSS) from /proc after all turns are finalised, of the
    ``rewardflow run`` process (the sink and the embedded engine) and of its largest worker
    process, beside the number of finalised turns, and the run process's RSS right after its
-   read endpoint came up (its startup floor).
+   read endpoint came up (its startup floor). Every 2 s it also samples the run process's
+   anonymous and file-backed RSS and what the engine accounts for (``system.metrics``,
+   ``system.parts``, ``system.jemalloc_stats``); the report prints the sample of largest
+   anonymous RSS and the last one, and ``memory_series`` in the JSON holds them all. What the
+   engine's allocator does not hold of the anonymous RSS is the C heap and Python's.
 5. floor: in this process, a plain confluent-kafka consumer reads the same
    raw records, decodes them (``decode_record``: fastavro/orjson, no
    validation), builds the ``events`` rows (envelope columns + payload JSON +
@@ -62,6 +66,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -185,6 +190,63 @@ def sample_merges(reader: RemoteReader, peaks: dict[str, float]) -> None:
         return
     for table, mem in zip(got["table"], got["m"], strict=True):
         peaks[table] = max(peaks.get(table, 0.0), mem / 2**20)
+
+
+_JEMALLOC = re.compile(r"Allocated: (\d+), active: (\d+), metadata: (\d+).*?resident: (\d+), mapped: (\d+), retained: (\d+)",
+                       re.S)
+
+
+def engine_memory(reader: RemoteReader) -> dict[str, float]:
+    """MB the embedded engine accounts for at the end of a run: its tracked total, each cache that holds
+    anything, the active parts' primary keys and marks, and its allocator's totals. A failed query
+    leaves its figures out: a diagnosis, not a result."""
+    out: dict[str, float] = {}
+    queries = {
+        "metrics": "SELECT metric, toFloat64(value) FROM system.metrics WHERE (metric = 'MemoryTracking' "
+                   "OR metric LIKE '%CacheBytes') AND value != 0",
+        "parts": "SELECT 'primary_keys', toFloat64(sum(primary_key_bytes_in_memory_allocated)) FROM system.parts "
+                 "WHERE active UNION ALL SELECT 'marks', toFloat64(sum(marks_bytes)) FROM system.parts WHERE active "
+                 "UNION ALL SELECT 'active_parts', toFloat64(count()) FROM system.parts WHERE active",
+    }
+    for sql in queries.values():
+        try:
+            got = reader.query_arrow(sql).to_pylist()
+        except Exception:  # noqa: BLE001 - a diagnosis
+            continue
+        for row in got:
+            name, value = list(row.values())
+            out[name] = value if name == "active_parts" else value / 2**20
+    try:
+        stats = str(reader.query_arrow("SELECT stats FROM system.jemalloc_stats").column(0)[0].as_py())
+        m = _JEMALLOC.search(stats)
+        if m:
+            for name, value in zip(("allocated", "active", "metadata", "resident", "mapped", "retained"),
+                                   m.groups(), strict=True):
+                out[f"jemalloc_{name}"] = int(value) / 2**20
+    except Exception:  # noqa: BLE001 - a diagnosis
+        pass
+    return out
+
+
+def memory_sample(reader: RemoteReader, pid: int, t: float) -> dict[str, float]:
+    """One point of a run's memory series: seconds since start, the process's anonymous and
+    file-backed RSS (MB) and :func:`engine_memory`."""
+    return {"t": t, "rss_anon": proc_status(pid, "RssAnon") or 0.0, "rss_file": proc_status(pid, "RssFile") or 0.0,
+            **engine_memory(reader)}
+
+
+def memory_line(series: list[dict[str, float]]) -> str:
+    """The series' point of largest anonymous RSS and its last point, for a run's report."""
+    if not series:
+        return ""
+
+    def point(p: dict[str, float]) -> str:
+        return (f"{p['t']:.0f} s: anon {p['rss_anon']:,.0f}, file {p['rss_file']:,.0f}, engine allocator resident "
+                f"{p.get('jemalloc_resident', 0):,.0f} (allocated {p.get('jemalloc_allocated', 0):,.0f}), tracked "
+                f"{p.get('MemoryTracking', 0):,.0f}, marks cache {p.get('MarkCacheBytes', 0):,.1f}, parts "
+                f"{p.get('active_parts', 0):,.0f}")
+    top = max(series, key=lambda p: p["rss_anon"])
+    return f"    memory, MB, largest anon at {point(top)}; at the end {point(series[-1])}"
 
 
 def largest_merge(run: dict[str, Any]) -> str:
@@ -319,6 +381,7 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         reader = RemoteReader(url, token=read_local_token(settings.home), timeout=60)  # (the owner writes it)
         count, t_first, max_rss, polls = 0, None, 0.0, 0
         merge_mb: dict[str, float] = {}  # the largest memory a running merge took, by table
+        series: list[dict[str, float]] = []  # the run process's memory and the engine's share, every 2 s
         while count < n_events:
             check()
             if paced is not None and paced.error is not None:
@@ -337,6 +400,8 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
             polls += 1
             if polls % 4 == 0:
                 sample_merges(reader, merge_mb)
+            if polls % 8 == 0:
+                series.append(memory_sample(reader, proc.pid, time.perf_counter() - t0))
         t_done = time.perf_counter()
         out["cpu"] = cpu.totals(n_events, t_done - t0)
         out.update(seconds=t_done - t0, startup_seconds=t_ready - t0,
@@ -360,6 +425,7 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         out["finalised_turns"] = last
         # the peaks before the checks below: their memory (the distinct event ids) is this benchmark's, not the pipeline's
         out["peak_rss_mb"] = proc_status(proc.pid, "VmHWM")
+        series.append(memory_sample(reader, proc.pid, time.perf_counter() - t0))
         out["worker_peak_rss_mb"] = max((proc_status(w, "VmHWM") or 0.0 for w in worker_pids(proc.pid)), default=None)
         out["rss_end_mb"] = proc_status(proc.pid, "VmRSS")
         out["late_rows"] = scalar(reader, "SELECT count() FROM late_events")
@@ -368,6 +434,7 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         out["event_rows"] = scalar(reader, "SELECT count() FROM events")
         out["max_sampled_rss_mb"] = max_rss
         out["merge_peak_mb"] = merge_mb
+        out["memory_series"] = series
         inserted = reader.query_arrow(
             "SELECT reward_id, provisional, toUnixTimestamp64Micro(_inserted_at) AS ins FROM rewards").to_pydict()
         reader.close()
@@ -647,6 +714,8 @@ def main() -> None:
                       f"peak RSS {run['peak_rss_mb'] or 0:,.0f} MB at {run['finalised_turns']:,} finalised turns"
                       f"{largest_merge(run)}  "
                       f"load {run['load_avg_1m']:.1f}", flush=True)
+                if run.get("memory_series"):
+                    print(memory_line(run["memory_series"]), flush=True)
             summary = summarise(size, runs)
             if args.steady:
                 rate = args.steady * summary["median"]["events_s_after_ready"]
