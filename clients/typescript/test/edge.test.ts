@@ -65,7 +65,8 @@ test("a batch is sent flushIntervalMs after its first event, without flush()", a
   recordDelivered("main", t.name, delivered.eventIds);
   assert.equal(delivered.eventIds.length, 2);
   assert.equal(exchanges.length, 1);
-  assert.ok(exchanges[0]!.startedAt - started >= 150, "not before the interval");
+  // (Date.now() and Node's timer clock round differently: a timer may fire a millisecond early by Date.now())
+  assert.ok(exchanges[0]!.startedAt - started >= 150 - 5, "not before the interval");
   await client.dispose();
 });
 
