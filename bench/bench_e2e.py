@@ -197,18 +197,18 @@ _JEMALLOC = re.compile(r"Allocated: (\d+), active: (\d+), metadata: (\d+).*?resi
 
 
 def engine_memory(reader: RemoteReader) -> dict[str, float]:
-    """MB the embedded engine accounts for at the end of a run: its tracked total, each cache that holds
-    anything, the active parts' primary keys and marks, and its allocator's totals. A failed query
+    """MB the embedded engine accounts for now: its tracked total, each cache that holds anything, the
+    active parts' primary keys and marks (and their count), and its allocator's totals. A failed query
     leaves its figures out: a diagnosis, not a result."""
     out: dict[str, float] = {}
-    queries = {
-        "metrics": "SELECT metric, toFloat64(value) FROM system.metrics WHERE (metric = 'MemoryTracking' "
-                   "OR metric LIKE '%CacheBytes') AND value != 0",
-        "parts": "SELECT 'primary_keys', toFloat64(sum(primary_key_bytes_in_memory_allocated)) FROM system.parts "
-                 "WHERE active UNION ALL SELECT 'marks', toFloat64(sum(marks_bytes)) FROM system.parts WHERE active "
-                 "UNION ALL SELECT 'active_parts', toFloat64(count()) FROM system.parts WHERE active",
-    }
-    for sql in queries.values():
+    queries = (
+        "SELECT metric, toFloat64(value) FROM system.metrics WHERE (metric = 'MemoryTracking' "
+        "OR metric LIKE '%CacheBytes') AND value != 0",
+        "SELECT 'primary_keys', toFloat64(sum(primary_key_bytes_in_memory_allocated)) FROM system.parts "
+        "WHERE active UNION ALL SELECT 'marks', toFloat64(sum(marks_bytes)) FROM system.parts WHERE active "
+        "UNION ALL SELECT 'active_parts', toFloat64(count()) FROM system.parts WHERE active",
+    )
+    for sql in queries:
         try:
             got = reader.query_arrow(sql).to_pylist()
         except Exception:  # noqa: BLE001 - a diagnosis
