@@ -209,15 +209,21 @@ def test_the_limit_does_not_depend_on_when_expired_tombstones_are_pruned(monkeyp
     assert pruned == unpruned == []  # ...but not in what they decide
 
 
+# Ids and labels are printable ASCII without '"' or '\\', one byte a character in JSON as in UTF-8. The
+# fields the contract leaves free (producer, language, tool, error_kind) get a control character, which
+# JSON writes six bytes wide: the bound holds because the state keeps none of them.
+WIDEST_FREE = "\x01"
+
+
 @pytest.mark.parametrize("correction_ms", [0, 3_600_000])  # with corrections, tombstones keep their turn
 def test_a_session_at_its_limits_with_the_longest_ids_fits_the_bound_the_changelog_is_sized_for(correction_ms: int) -> None:
-    long_id, short = "x" * 128, "y" * 64
+    long_id, short, free = "x" * 128, "y" * 64, WIDEST_FREE * 64
     cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,),
                      max_session_turns=40, max_session_events=400, correction_ms=correction_ms)
 
     def event(kind: str, rid: int, i: int, **f: Any) -> dict[str, Any]:
         return ev(kind, f"{rid:04d}" + long_id[4:], long_id, T0 + i, event_id=f"{i:06d}" + short[6:], org_id=long_id,
-                  producer={"name": short, "version": short}, **f)
+                  producer={"name": free, "version": free}, **f)
 
     store = EncodedStore(check=False)
     proc = PartitionProcessor(cfg, list(SPECS), store, TOPIC, 0)
@@ -227,7 +233,7 @@ def test_a_session_at_its_limits_with_the_longest_ids_fits_the_bound_the_changel
                         ttft_ms=2**31 - 1, latency_ms=2**31 - 1, prompt_tokens=2**31 - 1, completion_tokens=2**31 - 1)]
         for k in range(cfg.max_session_events // cfg.max_session_turns - 1):
             edit = f"{k:04d}" + long_id[4:]
-            events.append(event("AgentEdit", rid, i := i + 1, edit_id=edit, file_path_hash=long_id, language=short,
+            events.append(event("AgentEdit", rid, i := i + 1, edit_id=edit, file_path_hash=long_id, language=free,
                                 lines_added=2**31 - 1, lines_removed=2**31 - 1, chars_inserted=2**31 - 1,
                                 content_fingerprint=long_id) if k % 2 == 0 else
                           event("PersistenceCheck", rid, i := i + 1, edit_id=f"{k - 1:04d}" + long_id[4:],
@@ -383,12 +389,28 @@ def test_hostile_records_never_change_an_honest_sessions_rewards(
     assert got == want and len(want) == len(victims) * len(SPECS)
 
 
+@pytest.mark.parametrize("field", ["event_id", "session_id", "request_id", "org_id", "edit_id"])
+@pytest.mark.parametrize("char", ["\x01", '"', "\\", "\u00e9", "\U0001f600"])
+def test_an_id_that_json_or_utf8_writes_wider_than_a_byte_a_character_is_dead_lettered_naming_it(
+        field: str, char: str) -> None:
+    """Ids reach the session state; one that JSON escapes (up to six bytes a character) or UTF-8 widens
+    (up to four) would let a session outgrow the changelog record its limits are sized for, and the
+    worker could not store it. Such an event is refused alone, and nothing of it is kept."""
+    b = Broker()
+    assert b.send(T0, ev("InferenceServed", "r1", "s1", T0)).valid
+    hostile = {**ev("AgentEdit", "r1", "s1", T0 + 1), field: "x" * 60 + char}
+    out = b.send(T0 + 1, hostile)
+    assert codes(out) == ["invalid_event"] and not out.valid
+    assert out.dead[0]["reason"].startswith(f"event[0].{field}: String should match pattern")
+    assert all("x" * 60 not in key and b"x" * 60 not in value for key, value in b.store.data.items())
+
+
 def test_a_session_whose_turns_are_corrected_many_times_still_fits_the_bound() -> None:
     """The worst case for corrections: every turn corrected again and again before any commit, so each
     tombstone keeps its earlier revisions' outcomes (at most KEEP_REVISIONS - 1) for a restart."""
     from rewardflow.core.corrections import KEEP_REVISIONS
 
-    long_id, short = "x" * 128, "y" * 64
+    long_id, short, free = "x" * 128, "y" * 64, WIDEST_FREE * 128
     cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,),
                      max_session_turns=40, max_session_events=400, correction_ms=3_600_000)
 
@@ -396,7 +418,7 @@ def test_a_session_whose_turns_are_corrected_many_times_still_fits_the_bound() -
 
     def event(kind: str, rid: int, ts: int, **f: Any) -> dict[str, Any]:
         return ev(kind, f"{rid:04d}" + long_id[4:], long_id, ts, event_id=f"{next(ids):06d}" + short[6:], org_id=long_id,
-                  producer={"name": short, "version": short}, **f)
+                  producer={"name": free[:64], "version": free[:64]}, **f)
 
     store = EncodedStore(check=False)
     proc = PartitionProcessor(cfg, list(SPECS), store, TOPIC, 0)
@@ -409,8 +431,8 @@ def test_a_session_whose_turns_are_corrected_many_times_still_fits_the_bound() -
     at = T0 + 200_000
     records = []
     for k in range(per_turn):  # round after round of corrections, each turn's a tool call more
-        batch = [event("ToolCall", rid, at := at + 1, call_id=long_id, tool=long_id, status="broken", duration_ms=2**31 - 1,
-                       error_kind=long_id) for rid in range(cfg.max_session_turns)]
+        batch = [event("ToolCall", rid, at := at + 1, call_id=long_id, tool=free, status="broken", duration_ms=2**31 - 1,
+                       error_kind=free) for rid in range(cfg.max_session_turns)]
         records.append((encode_json(batch), JSON_H, 2 + k))
     out = proc.process_batch(records, 0)  # no commit known: earlier revisions are kept for a restart
     assert not out.dead and {r["revision"] for r in out.rewards} == set(range(1, per_turn + 1))

@@ -6,7 +6,7 @@
 // org_id is optional (the ingestion key decides it) and client_ts is absent (the edge sets it).
 
 /** sha256 of the schemas this file was rendered from (as in models.py). */
-export const SCHEMA_DIGEST = "9187a0109eb71ad3316d5405f656ef2e029c97a16463933dd60d331bd5e032ee";
+export const SCHEMA_DIGEST = "e00b3041225ce4f2dd3afe4a1a93e99c24c8e155d1cdab78b638962638a15289";
 
 /** Product surface that served the turn. */
 export type Surface = "tab" | "composer" | "agent" | "chat";
@@ -35,7 +35,7 @@ export interface Producer {
 export interface Envelope {
   /**
    * Client-generated UUID of this event; the deduplication key. Max 64 chars.
-   * Rules: length >= 1, length <= 64.
+   * Rules: length >= 1, length <= 64, printable ASCII only (space to `~`), without `"` or `\`.
    */
   event_id: string;
   /**
@@ -51,18 +51,18 @@ export interface Envelope {
   ts: number;
   /**
    * Tenant / organisation id. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    * Optional for clients: the ingestion key decides it.
    */
   org_id?: string;
   /**
    * Editor or agent session; the Kafka partition key. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   session_id: string;
   /**
    * One agent turn; the join key of every signal about that turn. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   request_id: string;
   /** The client that emitted this event. */
@@ -76,12 +76,12 @@ export interface InferenceServed extends Envelope {
   surface: Surface;
   /**
    * Model checkpoint that produced the response. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   checkpoint_id: string;
   /**
    * A/B experiment arm the session was assigned to. Max 64 chars.
-   * Rules: length >= 1, length <= 64.
+   * Rules: length >= 1, length <= 64, printable ASCII only (space to `~`), without `"` or `\`.
    */
   experiment_arm: string;
   /**
@@ -111,12 +111,12 @@ export interface AgentEdit extends Envelope {
   event_type: "AgentEdit";
   /**
    * Id of this edit, unique within the turn; PersistenceCheck and UserAction refer to it. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   edit_id: string;
   /**
    * Hash of the edited file's path (never the path itself). Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   file_path_hash: string;
   /**
@@ -141,7 +141,7 @@ export interface AgentEdit extends Envelope {
   chars_inserted: number;
   /**
    * Optional fingerprint (hash) of the inserted text, for persistence matching. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   content_fingerprint?: string | null;
 }
@@ -151,7 +151,7 @@ export interface ToolCall extends Envelope {
   event_type: "ToolCall";
   /**
    * Id of this call within the turn. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   call_id: string;
   /**
@@ -178,7 +178,7 @@ export interface PersistenceCheck extends Envelope {
   event_type: "PersistenceCheck";
   /**
    * The AgentEdit this check measures. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   edit_id: string;
   /**
@@ -214,7 +214,7 @@ export interface UserAction extends Envelope {
   action: UserActionKind;
   /**
    * The edit acted on; null means the whole turn. Max 128 chars.
-   * Rules: length >= 1, length <= 128.
+   * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   edit_id?: string | null;
 }

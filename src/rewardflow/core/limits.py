@@ -9,7 +9,9 @@ to be pruned (a restart rebuilds the wake-up schedule, and prunes at other times
 Contract: pure. :data:`TURN_BYTES` and :data:`EVENT_BYTES` bound what a turn and an event add
 to the stored state at the contract's longest ids, so a session at its limits fits a
 changelog record of ``turns * TURN_BYTES + events * EVENT_BYTES`` bytes
-(``tests/core/test_untrusted.py`` builds such a session).
+(``tests/core/test_untrusted.py`` builds such a session). The bound counts a byte a character:
+the ids and labels the state keeps are ``printable`` in the schemas (ASCII that JSON writes as
+itself), and the free-text fields it would not fit are kept nowhere in the state.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ The schemas are the one definition of every event. Each field may carry a
 parsing canonical form, and so the wire id, ignores them) with JSON-Schema
 keywords the Avro type cannot say:
 
-* strings: ``minLength``, ``maxLength``;
+* strings: ``minLength``, ``maxLength``; ``printable: true``, printable ASCII but
+  ``"`` and ``\\`` (U+0020 to U+007E), for ids and labels: the worker keeps them in its session
+  state, one byte a character, and a character JSON escapes or UTF-8 widens would make a session
+  outgrow the changelog record its limits are sized for (:mod:`rewardflow.core.limits`);
 * numbers: ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``;
 * ``minimumField``: the value must be at least another field's value.
 
@@ -32,7 +35,10 @@ from typing import Any
 NAMESPACE = "rewardflow.events"
 EVENT_TYPES = ("InferenceServed", "AgentEdit", "ToolCall", "PersistenceCheck", "UserAction", "FollowUp", "ClarifyingQuestion")
 SOURCES = ("Producer", *EVENT_TYPES)
-_KEYWORDS = {"minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minimumField"}
+_KEYWORDS = {"minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minimumField",
+             "printable"}
+PRINTABLE = r"^[ !#-\[\]-~]*$"
+"""The pattern of a ``printable`` string: U+0020 (space) to U+007E (``~``) but ``"`` and ``\\``."""
 _PYDANTIC = {"minLength": "min_length", "maxLength": "max_length", "minimum": "ge", "maximum": "le",
              "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
 _INT32 = (-(2**31), 2**31 - 1)
@@ -77,6 +83,10 @@ def _leaf(avro: Any, cons: dict[str, Any], where: str) -> str:
             raise ValueError(f"{where}: an enum takes no constraints")
         return str(avro["name"])
     args = {_PYDANTIC[k]: v for k, v in cons.items() if k in _PYDANTIC}
+    if cons.get("printable") is not None:
+        if avro != "string" or cons["printable"] is not True:
+            raise ValueError(f"{where}: printable takes true, and only on a string")
+        args["pattern"] = PRINTABLE
     if avro == "string":
         base = "str"
     elif avro in ("int", "long"):

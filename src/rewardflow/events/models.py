@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationInfo, field_validator
 
-SCHEMA_DIGEST = "9187a0109eb71ad3316d5405f656ef2e029c97a16463933dd60d331bd5e032ee"
+SCHEMA_DIGEST = "e00b3041225ce4f2dd3afe4a1a93e99c24c8e155d1cdab78b638962638a15289"
 
 Surface = Literal["tab", "composer", "agent", "chat"]
 ToolStatus = Literal["ok", "error", "broken"]
@@ -37,7 +37,7 @@ class Envelope(BaseModel):
     """Fields every event carries; request_id is the join key, session_id the partition key."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    event_id: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+    event_id: Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Client-generated UUID of this event; the deduplication key. Max 64 chars.",
     )
     schema_version: Annotated[int, Strict(), Field(ge=1, le=1000)] = Field(
@@ -46,13 +46,13 @@ class Envelope(BaseModel):
     ts: Annotated[int, Strict(), Field(ge=946684800000, lt=4102444800000)] = Field(
         description="Event time: milliseconds since the Unix epoch, UTC, when it happened on the client.",
     )
-    org_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    org_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Tenant / organisation id. Max 128 chars.",
     )
-    session_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    session_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Editor or agent session; the Kafka partition key. Max 128 chars.",
     )
-    request_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    request_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="One agent turn; the join key of every signal about that turn. Max 128 chars.",
     )
     producer: Producer = Field(description="The client that emitted this event.")
@@ -66,10 +66,10 @@ class InferenceServed(Envelope):
 
     event_type: Literal["InferenceServed"] = "InferenceServed"
     surface: Surface = Field(description="Product surface: tab, composer, agent or chat.")
-    checkpoint_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    checkpoint_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Model checkpoint that produced the response. Max 128 chars.",
     )
-    experiment_arm: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
+    experiment_arm: Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="A/B experiment arm the session was assigned to. Max 64 chars.",
     )
     ttft_ms: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
@@ -97,10 +97,10 @@ class AgentEdit(Envelope):
     """The agent applied an edit to a file during the turn."""
 
     event_type: Literal["AgentEdit"] = "AgentEdit"
-    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Id of this edit, unique within the turn; PersistenceCheck and UserAction refer to it. Max 128 chars.",
     )
-    file_path_hash: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    file_path_hash: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Hash of the edited file's path (never the path itself). Max 128 chars.",
     )
     language: Annotated[str, Strict(), Field(min_length=1, max_length=64)] = Field(
@@ -111,7 +111,7 @@ class AgentEdit(Envelope):
     chars_inserted: Annotated[int, Strict(), Field(ge=0, le=2147483647)] = Field(
         description="Characters inserted (>= 0).",
     )
-    content_fingerprint: Annotated[str, Strict(), Field(min_length=1, max_length=128)] | None = Field(
+    content_fingerprint: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] | None = Field(
         default=None, description="Optional fingerprint (hash) of the inserted text, for persistence matching. Max 128 chars.",
     )
 
@@ -120,7 +120,7 @@ class ToolCall(Envelope):
     """The agent called a tool during the turn. Broken calls are negative samples, never dropped."""
 
     event_type: Literal["ToolCall"] = "ToolCall"
-    call_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    call_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="Id of this call within the turn. Max 128 chars.",
     )
     tool: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
@@ -139,7 +139,7 @@ class PersistenceCheck(Envelope):
     """How much of an agent edit survives in the codebase at a time horizon after the edit."""
 
     event_type: Literal["PersistenceCheck"] = "PersistenceCheck"
-    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] = Field(
+    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
         description="The AgentEdit this check measures. Max 128 chars.",
     )
     horizon_s: Annotated[int, Strict(), Field(gt=0, le=604800)] = Field(
@@ -167,7 +167,7 @@ class UserAction(Envelope):
 
     event_type: Literal["UserAction"] = "UserAction"
     action: UserActionKind = Field(description="accept, reject, undo or revert.")
-    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128)] | None = Field(
+    edit_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] | None = Field(
         default=None, description="The edit acted on; null means the whole turn. Max 128 chars.",
     )
 

@@ -46,6 +46,7 @@ _CONSTRAINTS = {  # keyword -> how the doc comment states it
     "exclusiveMinimum": "> {}",
     "exclusiveMaximum": "< {}",
     "minimumField": ">= `{}`",
+    "printable": "printable ASCII only (space to `~`), without `\"` or `\\`",
 }
 _NUMBERS = {"int": "a 32-bit integer", "long": "an integer", "double": "a finite number"}
 _HEADER = """\
@@ -76,7 +77,7 @@ def _leaf(avro: Any, cons: dict[str, Any], where: str) -> tuple[str, list[str]]:
     unknown = set(cons) - set(_CONSTRAINTS)
     if unknown:
         raise ValueError(f"{where}: unknown constraint {sorted(unknown)}; known: {sorted(_CONSTRAINTS)}")
-    rules = [_CONSTRAINTS[k].format(v) for k, v in cons.items()]
+    rules = [_CONSTRAINTS[k].format(v) if k != "printable" else _CONSTRAINTS[k] for k, v in cons.items()]
     if isinstance(avro, dict) and avro.get("type") == "enum":
         if cons:
             raise ValueError(f"{where}: an enum takes no constraints")
