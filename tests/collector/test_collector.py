@@ -134,3 +134,23 @@ def test_rejections_are_counted_under_contract_fields_only(edge: Edge) -> None:
     metrics = __import__("urllib.request").request.urlopen(f"{edge.url}/metrics").read().decode()
     assert 'outcome="invalid:status"} 1.0' in metrics and 'outcome="invalid:other"} 1.0' in metrics
     assert "attacker-label-1" not in metrics
+
+
+def test_a_session_too_large_for_one_record_reaches_kafka_as_records_the_worker_takes(
+        kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str) -> None:
+    settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
+                              collect_max_body_bytes=64 * 1024, collect_ack_timeout_s=5.0,
+                              max_record_bytes=4_096, max_batch_events=3)
+    ensure_topics(settings)
+    keys = IngestKeys(ch_db.client)
+    _, secret = keys.create("org", "tests")
+    events = [ev("FollowUp", "r1", "s1", text_redacted="t" * 1_000, dissatisfied=False) for _ in range(10)]
+    with Collector(settings, keys_from_client(ch_db.client), port=0) as collector:
+        status, body, _ = post_events(collector.url, secret, events)
+        assert status == 202 and body["accepted"] == 10
+        status, body, _ = post_events(collector.url, secret, [ev("FollowUp", "r2", "s2", text_redacted="t" * 5_000)])
+        assert status == 413 and "REWARDFLOW_MAX_RECORD_BYTES" in body["error"]
+    records = [r for rs in read_raw(settings).values() for r in rs]
+    assert all(len(r.value) <= 4_096 for r in records) and len(records) >= 4
+    landed = [e for r in records for e in decode_record(r.value, r.headers, max_bytes=4_096, max_batch_events=3)]
+    assert [e["event_id"] for e in landed] == [e["event_id"] for e in events]  # all of them, in order, and no s2

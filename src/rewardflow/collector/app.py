@@ -36,6 +36,7 @@ from rewardflow.collector.edge import EVENTS_SHAPE, Admitted, Refused, admit, de
 from rewardflow.collector.kafka import AckingProducer, KafkaUnavailable
 from rewardflow.collector.keys import KeyCache
 from rewardflow.collector.limits import EdgeMetrics, RateLimiter, contract_field, retry_after
+from rewardflow.collector.records import RecordTooLarge
 from rewardflow.collector.traces import traces
 from rewardflow.settings import Settings
 
@@ -128,6 +129,8 @@ class Ingest:
             except KafkaUnavailable as exc:
                 return self.refuse(503, f"{exc}; retry with the same event ids", {"Retry-After": "2"},
                                    judged.accepted, "kafka_unavailable")
+            except RecordTooLarge as exc:
+                return self.refuse(413, f"{exc}; nothing was accepted", events=judged.accepted, reason="too_large")
         self.metrics.events.labels("accepted").inc(judged.accepted)
         return None
 

@@ -3,12 +3,13 @@
 One idempotent librdkafka producer (``acks=all``, no linger) per collector, polled by a task on the serving
 loop itself: a delivery report resolves its request's future where it is awaited, with no thread
 hand-over (a poll thread would wait for the interpreter lock behind the busy loop). Records are keyed by
-``session_id`` (one record per session of a request, JSON: the events as validated), so a session's
-events keep their order on one partition.
+``session_id`` (one record per session of a request, JSON: the events as validated; several when they do
+not fit one record the worker takes, :mod:`.records`), so a session's events keep their order on one
+partition.
 
 Contract: :meth:`AckingProducer.send` returns once every record is acknowledged, or raises
-:class:`KafkaUnavailable` (a full queue, a failed delivery, or no acknowledgement within
-``timeout_s``). It never reports success for a record Kafka did not confirm; records of a refused
+:class:`KafkaUnavailable` (a full queue, a record the producer refuses, a failed delivery, or no
+acknowledgement within ``timeout_s``), or :class:`~.records.RecordTooLarge` before producing anything. It never reports success for a record Kafka did not confirm; records of a refused
 request may still arrive later, and the pipeline deduplicates them by ``event_id`` when the client
 retries. :meth:`close` flushes what is in flight.
 """
@@ -21,9 +22,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from rewardflow.events.wire import FORMAT_HEADER, JSON, encode_json
+from rewardflow.collector.records import session_records
+from rewardflow.events.wire import DEFAULT_MAX_BATCH_EVENTS, DEFAULT_MAX_RECORD_BYTES, FORMAT_HEADER, JSON
 
 POLL_BUSY_S, POLL_IDLE_S = 0.001, 0.05
 _HEADERS: list[tuple[str, str | bytes | None]] = [(FORMAT_HEADER, JSON.encode())]
@@ -56,14 +58,18 @@ class _Request:
 
 
 class AckingProducer:
-    def __init__(self, config: dict[str, Any], topic: str, timeout_s: float) -> None:
+    def __init__(self, config: dict[str, Any], topic: str, timeout_s: float, *,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS) -> None:
         self.topic, self.timeout_s = topic, timeout_s
+        self.max_record_bytes, self.max_batch_events = max_record_bytes, max_batch_events
         # linger.ms 0: every request waits for its acknowledgement, so a linger adds its whole value to
         # each request's latency (and clients wait on it); records queued while a produce request is in
         # flight are still sent together in the next one
         self._producer = Producer({
             **config, "enable.idempotence": True, "acks": "all", "linger.ms": 0, "compression.type": "lz4",
             "message.timeout.ms": int(timeout_s * 1000), "client.id": "rewardflow-collector",
+            # a record of max_record_bytes, with its key, headers and framing (librdkafka's default is 1,000,000)
+            "message.max.bytes": max(1_000_000, max_record_bytes + 65_536),
         })
         self._waiting: deque[_Request] = deque()  # in send order, so in deadline order
         self._poller: asyncio.Task[None] | None = None
@@ -100,14 +106,18 @@ class AckingProducer:
             self._wake = asyncio.Event()  # (an Event binds to the loop that first waits on it)
             self._poller = loop.create_task(self._serve_reports(), name="rewardflow-collector-kafka")
         started = time.perf_counter()
-        request = _Request(loop.create_future(), len(sessions), time.monotonic() + self.timeout_s + 1.0)
+        records = [(session_id.encode(), value) for session_id, events in sessions.items()
+                   for value in session_records(events, self.max_record_bytes, self.max_batch_events)]
+        request = _Request(loop.create_future(), len(records), time.monotonic() + self.timeout_s + 1.0)
         try:
-            for session_id, events in sessions.items():
-                self._producer.produce(self.topic, encode_json(events), session_id.encode(), headers=_HEADERS,
-                                       on_delivery=request.report)
+            for key, value in records:
+                self._producer.produce(self.topic, value, key, headers=_HEADERS, on_delivery=request.report)
         except BufferError:
             request.future.cancel()
             raise KafkaUnavailable("the edge's Kafka queue is full") from None
+        except KafkaException as exc:
+            request.future.cancel()
+            raise KafkaUnavailable(f"the edge's producer refused a record: {exc}") from None
         self._waiting.append(request)
         self._wake.set()
         await request.future

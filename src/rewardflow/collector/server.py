@@ -72,7 +72,8 @@ class Collector:
         self.keys = KeyCache(load_keys, settings.collect_key_refresh_s)
         self.metrics = EdgeMetrics()
         self.producer = AckingProducer(settings.kafka_client_config(), settings.topic(topics.RAW),
-                                       settings.collect_ack_timeout_s)
+                                       settings.collect_ack_timeout_s, max_record_bytes=settings.max_record_bytes,
+                                       max_batch_events=settings.max_batch_events)
         tls = settings.web_tls_certfile is not None
         self._server = uvicorn.Server(uvicorn.Config(
             create_app(settings, self.keys, self.producer, self.metrics), lifespan="off", log_level="warning",
