@@ -93,3 +93,31 @@ def test_a_span_ending_before_it_starts_is_counted() -> None:
     span = Span(trace_id=TRACE, span_id="00000000000000f1", name="s", start_ns=T0_NS, end_ns=T0_NS - 1,
                 attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"})
     assert map_spans([span]).unmapped == {"bad_times": 1}
+
+
+@pytest.mark.parametrize("attrs", [
+    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "edit", "error.type": ["malformed_tool_call"]},
+    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "edit", "error.type": {"k": "v"}},
+    {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "rewardflow.ttft_ms": float("nan")},
+    {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "rewardflow.ttft_ms": float("inf")},
+    {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.response.time_to_first_chunk": 1e306},
+])
+def test_an_attribute_of_an_odd_shape_or_value_is_mapped_or_refused_by_the_contract_never_raised(
+        attrs: dict[str, Any]) -> None:
+    mapped = map_spans([_span(attrs, status_code=STATUS_ERROR)])
+    assert sum(mapped.unmapped.values()) + len(mapped.events) == 1
+    for event in mapped.events:
+        if event["event_type"] == "ToolCall":
+            assert event["status"] == "error"  # a list is no malformed-call name
+        else:
+            assert event["ttft_ms"] == event["latency_ms"]  # no finite time to first token: the whole span
+
+
+def test_a_span_the_mapping_cannot_read_is_counted_unmappable_and_the_others_are_kept() -> None:
+    class Hostile(dict):  # type: ignore[type-arg]
+        def get(self, *_: Any) -> Any:
+            raise RecursionError("what str() of a deeply nested value raises")
+
+    bad = _span({"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}, resource=Hostile())
+    mapped = map_spans([bad, *_turn()])
+    assert mapped.unmapped == {"unmappable": 1, "operation:invoke_agent": 1} and len(mapped.events) == 3

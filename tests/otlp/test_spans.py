@@ -72,3 +72,14 @@ def test_bytes_that_are_not_an_export_are_refused() -> None:
         from_protobuf(b"\xff\xff\xff\xff not protobuf")
     with pytest.raises(BadExport, match="expected an object"):
         from_json([1, 2])
+
+
+def test_a_json_span_name_or_status_message_of_any_shape_is_kept_as_text() -> None:
+    deep: Any = "x"
+    for _ in range(1_000):  # str() of this raises RecursionError
+        deep = [deep]
+    doc = as_json(agent_turn(), {"service.name": "a"})
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["name"], span["status"] = deep, {"code": 2, "message": {"nested": deep}}
+    got = from_json(doc)[0]
+    assert (got.name, got.status_message) == ("<list>", "<dict>")

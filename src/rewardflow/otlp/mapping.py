@@ -22,11 +22,13 @@ caller validates them with the contract's own code (a span whose event fails is 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardflow.events.validate import shown
 from rewardflow.otlp.spans import STATUS_ERROR, Span
 
 MAPPING_VERSION = 1
@@ -43,6 +45,7 @@ REASONS = (
     "no_model",             # an inference span naming no model and no rewardflow.checkpoint_id
     "no_tool_name",         # an execute_tool span without gen_ai.tool.name
     "bad_times",            # end before start, or no time at all
+    "unmappable",           # an attribute of a shape the mapping cannot read (a safety net: none is known)
 )
 
 
@@ -58,7 +61,10 @@ def map_spans(spans: Iterable[Span]) -> Mapped:
     """Each span's event, or its reason (see :data:`REASONS`). ``org_id`` is left to the caller."""
     out = Mapped()
     for span in spans:
-        event = map_span(span)
+        try:
+            event = map_span(span)
+        except (TypeError, ValueError, OverflowError, RecursionError):  # a client's attribute, never the edge's fault
+            event = "unmappable"
         if isinstance(event, str):
             out.unmapped[event] += 1
         else:
@@ -86,7 +92,7 @@ def map_span(span: Span) -> dict[str, Any] | str:
         error_kind = span.attr("error.type") or span.status_message or None
         return {**base, "event_type": "ToolCall", "call_id": call_id if call_id is not None else span.span_id,
                 "tool": tool, "status": status, "duration_ms": duration_ms,
-                "error_kind": str(error_kind)[:128] if status != "ok" and error_kind is not None else None}
+                "error_kind": shown(error_kind, 128) if status != "ok" and error_kind is not None else None}
     checkpoint = span.attr("rewardflow.checkpoint_id", "gen_ai.response.model", "gen_ai.request.model")
     if checkpoint is None:
         return "no_model"
@@ -119,18 +125,23 @@ def _tool_status(span: Span) -> str:
     explicit = span.attr("rewardflow.tool_status")
     if isinstance(explicit, str) and explicit in TOOL_STATUSES:
         return explicit
-    if span.attr("error.type") in BROKEN_ERROR_TYPES:
+    error_type = span.attr("error.type")
+    if isinstance(error_type, str) and error_type in BROKEN_ERROR_TYPES:
         return "broken"
     return "error" if span.status_code == STATUS_ERROR or span.attr("error.type") is not None else "ok"
 
 
 def _ttft_ms(span: Span) -> int | None:
     """Time to first token: ``rewardflow.ttft_ms``, else ``gen_ai.response.time_to_first_chunk``
-    (seconds); None when neither is a number."""
+    (seconds); None when neither is a finite number."""
     ms = span.attr("rewardflow.ttft_ms")
-    if isinstance(ms, int | float) and not isinstance(ms, bool):
+    if _finite(ms):
         return max(0, int(ms))
     s = span.attr("gen_ai.response.time_to_first_chunk")
-    if isinstance(s, int | float) and not isinstance(s, bool):
+    if _finite(s) and math.isfinite(s * 1000):
         return max(0, int(s * 1000))
     return None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -24,9 +24,12 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from rewardflow.events.validate import shown
+
 Attributes = dict[str, Any]  # str, int, float, bool, bytes, or lists / dicts of them
 
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+_TEXT = 1_024  # a JSON span's name and status message are kept as at most this many characters, whatever they are
 _STATUS_NAMES = {"STATUS_CODE_UNSET": STATUS_UNSET, "STATUS_CODE_OK": STATUS_OK, "STATUS_CODE_ERROR": STATUS_ERROR}
 
 
@@ -110,10 +113,10 @@ def from_json(doc: Any) -> list[Span]:
                 spans.append(Span(
                     trace_id=_hex_id(s.get("traceId"), f"{at}.traceId", 16),
                     span_id=_hex_id(s.get("spanId"), f"{at}.spanId", 8),
-                    name=str(s.get("name", "")), start_ns=_int(s.get("startTimeUnixNano", 0), f"{at}.startTimeUnixNano"),
+                    name=shown(s.get("name", ""), _TEXT), start_ns=_int(s.get("startTimeUnixNano", 0), f"{at}.startTimeUnixNano"),
                     end_ns=_int(s.get("endTimeUnixNano", 0), f"{at}.endTimeUnixNano"),
                     status_code=_status(status.get("code", 0), f"{at}.status.code"),
-                    status_message=str(status.get("message", "")),
+                    status_message=shown(status.get("message", ""), _TEXT),
                     attributes=_json_attributes(s, at), resource=resource,
                 ))
     return spans
