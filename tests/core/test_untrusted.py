@@ -249,6 +249,30 @@ def test_a_session_at_its_limits_with_the_longest_ids_fits_the_bound_the_changel
     assert largest <= bound, f"{largest:,} bytes over the {bound:,} the limits promise"
 
 
+def test_edits_dated_past_the_turn_span_are_refused_and_hold_back_no_window_of_the_partition() -> None:
+    """A client that keeps dating edits of one served turn minutes apart would keep that turn open, and with
+    it every window of its partition (and the expiry of every session's remembered turns there)."""
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
+                     tick_key=KEY, max_turn_span_ms=300_000)
+    b = Broker(cfg)
+    b.send(T0, ev("InferenceServed", "held", "s-evil", T0))
+    honest = turn("r1", "s1", T0 + 1, horizons=HZ)
+    assert not b.send(T0 + 130_000, *honest).dead
+    fate = []
+    for k in range(1, 61):  # an edit a minute for an hour, each dated at its record's broker time
+        at = T0 + k * 60_000
+        out = b.send(at, ev("AgentEdit", "held", "s-evil", at, edit_id=f"e{k}"))
+        fate.append("applied" if out.valid else "late" if out.late else codes(out)[0])
+        b.tick(at, at)  # the partition's time goes on (a refused event moves no watermark)
+    # the first five are within the span (the fifth exactly at it); the turn settles on the deadline the fifth
+    # gave it (+ HZ[-1] s + grace: between the eighth and the ninth), and what comes after is late
+    assert fate[:5] == ["applied"] * 5 and fate[5:8] == ["turn_span_limit"] * 3 and set(fate[8:]) == {"late"}
+    assert "REWARDFLOW_MAX_TURN_SPAN_MS" in b.total.dead[0]["reason"]
+    closed = {w["window_start"] for w in b.total.windows}
+    assert T0 - T0 % 60_000 in closed  # the honest turn's window closed within the hour
+    assert b.finals("s-evil") and b.finals("s1")  # and both turns were scored
+
+
 # ---------------------------------------------------------------------------- processing failures
 def _raising_on(monkeypatch: pytest.MonkeyPatch, request_id: str) -> None:
     real = PartitionProcessor._apply

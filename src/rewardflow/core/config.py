@@ -30,6 +30,9 @@ class JoinConfig:
     max_clock_skew_ms: int = 30_000  # an event may be dated this far after its record's broker timestamp
     max_session_turns: int = 1_000  # open turns plus finalised turns still remembered, per session
     max_session_events: int = 10_000  # events in those turns, per session
+    # an edit dated later than this after its turn's served event is dead-lettered (turn_span_limit): each edit
+    # puts off the turn's deadline, and an open served turn holds back the closing of its partition's windows
+    max_turn_span_ms: int = 3_600_000
     # a signal for a finalised turn dated at most this long after the turn's deadline corrects it (a new
     # revision of its rewards); later ones are late. 0: off (Settings.correction_window_ms turns it on)
     correction_ms: int = 0
@@ -61,7 +64,8 @@ class JoinConfig:
             max_batch_events=s.max_batch_events,
             state_cache=max(64, s.worker_state_cache // max(1, s.partitions)),
             max_clock_skew_ms=s.max_clock_skew_ms, max_session_turns=s.max_session_turns,
-            max_session_events=s.max_session_events, correction_ms=s.correction_window_ms, tick_key=tick_key,
+            max_session_events=s.max_session_events, max_turn_span_ms=s.max_turn_span_ms,
+            correction_ms=s.correction_window_ms, tick_key=tick_key,
         )
 
 

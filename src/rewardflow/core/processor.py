@@ -50,7 +50,7 @@ from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
 from rewardflow.core.windows import WindowBook, window_from_obj
 from rewardflow.events.errors import DecodeError
-from rewardflow.events.models import Envelope, InferenceServed
+from rewardflow.events.models import AgentEdit, Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
 from rewardflow.events.wire import decode_record, record_format
 from rewardflow.core.score import score
@@ -268,6 +268,13 @@ class PartitionProcessor:
             out.late.append(exclusion("late", ev, raw, ck, self.wm, self.partition, offset, idx))
             return
         if self._refused(st, turn is None, raw, idx, offset, now_ms, out):
+            return
+        if turn is not None and turn.served is not None and ts - turn.served["ts"] > self.cfg.max_turn_span_ms \
+                and type(ev) is AgentEdit:
+            out.dead.append(dead_letter(
+                self.topic, self.partition, offset, idx, "turn_span_limit",
+                f"edit dated {ts - turn.served['ts']} ms after its turn's InferenceServed (allowed: "
+                f"{self.cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)", raw, event_json(raw, None), now_ms))
             return
         new_turn = turn is None
         if turn is None:
