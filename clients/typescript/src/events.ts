@@ -6,7 +6,7 @@
 // org_id is optional (the ingestion key decides it) and client_ts is absent (the edge sets it).
 
 /** sha256 of the schemas this file was rendered from (as in models.py). */
-export const SCHEMA_DIGEST = "e00b3041225ce4f2dd3afe4a1a93e99c24c8e155d1cdab78b638962638a15289";
+export const SCHEMA_DIGEST = "886c6d2d94c4247718bf3fd0fe1535ce5a4c2efd4f64a51dce6dc19a82e4a752";
 
 /** Product surface that served the turn. */
 export type Surface = "tab" | "composer" | "agent" | "chat";
@@ -61,7 +61,7 @@ export interface Envelope {
    */
   session_id: string;
   /**
-   * One agent turn; the join key of every signal about that turn. Max 128 chars.
+   * One agent turn; the join key of every signal about that turn. Unique across sessions and organisations (a UUID, as event_id): rewards are keyed by it. Max 128 chars.
    * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   request_id: string;
