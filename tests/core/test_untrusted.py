@@ -273,6 +273,50 @@ def test_edits_dated_past_the_turn_span_are_refused_and_hold_back_no_window_of_t
     assert b.finals("s-evil") and b.finals("s1")  # and both turns were scored
 
 
+# ---------------------------------------------------------------------------- tenants
+def _as(org: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**e, "org_id": org} for e in events]
+
+
+def test_another_orgs_events_in_a_sessions_turn_are_refused_and_its_reward_is_as_without_them() -> None:
+    honest = _as("org-a", turn("r1", "s1", T0, horizons=HZ))
+    hostile = _as("org-b", [ev("FollowUp", "r1", "s1", T0 + 3_000, dissatisfied=True),
+                            ev("ToolCall", "r1", "s1", T0 + 3_000, call_id="x", status="broken"),
+                            ev("InferenceServed", "r1", "s1", T0 - 1, checkpoint_id="ck-b")])
+
+    def run(mixed: bool) -> Broker:
+        b = Broker()
+        b.send(T0 + 130_000, *honest[:4])
+        if mixed:
+            for e in hostile:
+                assert codes(b.send(T0 + 130_000, e)) == ["session_org_mismatch"]
+        b.send(T0 + 130_000, *honest[4:])
+        b.tick(T0 + 400_000, T0 + 400_000)
+        return b
+
+    clean, attacked = run(False), run(True)
+    assert clean.finals("s1") and attacked.finals("s1") == clean.finals("s1")
+    assert "another organisation" in attacked.total.dead[0]["reason"]
+
+
+def test_another_org_cannot_take_a_sessions_event_ids_ahead_of_it() -> None:
+    b = Broker()
+    first, *rest = _as("org-a", turn("r1", "s1", T0, horizons=HZ))
+    b.send(T0 + 130_000, first)
+    squat = _as("org-b", [ev("FollowUp", "r9", "s1", T0 + 1, event_id=e["event_id"]) for e in rest])
+    assert set(codes(b.send(T0 + 130_000, *squat))) == {"session_org_mismatch"}
+    out = b.send(T0 + 130_000, *rest)
+    assert not out.excluded and len(out.valid) == len(rest)  # none taken for a duplicate
+
+
+def test_a_session_of_one_org_keeps_taking_its_own_turns() -> None:
+    b = Broker()
+    for i, rid in enumerate(("r1", "r2")):
+        assert not b.send(T0 + 130_000 + i, *_as("org-a", turn(rid, "s1", T0 + i, horizons=HZ))).dead
+    b.tick(T0 + 400_000, T0 + 400_000)
+    assert {k[1] for k in b.finals("s1")} == {"r1", "r2"}
+
+
 # ---------------------------------------------------------------------------- processing failures
 def _raising_on(monkeypatch: pytest.MonkeyPatch, request_id: str) -> None:
     real = PartitionProcessor._apply

@@ -214,7 +214,7 @@ class PartitionProcessor:
             valid_idx: range | list[int] = [i for i in range(len(raws)) if i not in bad]
         else:
             valid_idx = range(len(raws))
-        st = None  # a record carries one session's events (decode_record refuses any other)
+        st, owner = None, None  # a record carries one session's events (decode_record refuses any other)
         for idx, ev in zip(valid_idx, events, strict=True):
             raw = raws[idx]
             if bound is not None and ev.ts > bound:
@@ -228,6 +228,15 @@ class PartitionProcessor:
                 st = self._session(ev.session_id, cache, create=True)
                 assert st is not None
                 touched.append(st.session_id)
+                owner = st.org()
+            if owner is None:
+                owner = ev.org_id
+            elif ev.org_id != owner:  # a session id is one tenant's: another's events never reach its turns
+                out.dead.append(dead_letter(
+                    self.topic, self.partition, offset, idx, "session_org_mismatch",
+                    f"session {ev.session_id[:128]!r} holds the turns of another organisation than {ev.org_id[:128]!r}",
+                    raw, event_json(raw, value), now_ms))
+                continue
             self._apply(st, ev, raw, idx, offset, now_ms, out)
 
     def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, now_ms: int,

@@ -100,6 +100,17 @@ class SessionState:
     _load: list[int] | None = field(default=None, repr=False, compare=False)
     _load_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
+    def org(self) -> str | None:
+        """The organisation whose turns the session holds (its open turns' and tombstones' org), or None
+        while it holds none. Every turn of a session is of one org (the processor refuses others)."""
+        for turn in self.turns.values():
+            return turn.org_id
+        for tomb in (*self.done.values(), *(t for _, t in self.held.values())):
+            row = tomb.outcome if tomb.outcome is not None else tomb.orphan
+            if row is not None and row.get("org_id") is not None:
+                return str(row["org_id"])
+        return None
+
     def load(self) -> tuple[int, int]:
         """Turns and events the session holds, expired tombstones not yet pruned included (cheap)."""
         if self._load is None:
