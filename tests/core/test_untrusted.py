@@ -317,6 +317,25 @@ def test_a_session_of_one_org_keeps_taking_its_own_turns() -> None:
     assert {k[1] for k in b.finals("s1")} == {"r1", "r2"}
 
 
+def test_two_sessions_turns_sharing_a_request_id_both_reach_their_windows() -> None:
+    """Request ids should be unique, but a partition does not rely on it: one session's turn settling
+    leaves the windows another session's turn of the same request id still needs open."""
+    b = Broker()
+    b.send(T0 + 130_000, *turn("r1", "s1", T0, horizons=HZ))  # settles first
+    late_edit = T0 + 300_000
+    b.send(T0 + 130_000, ev("InferenceServed", "r1", "s2", T0 + 1))
+    b.send(late_edit, ev("AgentEdit", "r1", "s2", late_edit, edit_id="ed2"))
+    for h in HZ:
+        at = late_edit + h * 1000
+        b.send(at, ev("PersistenceCheck", "r1", "s2", at, edit_id="ed2", horizon_s=h, survival_score=0.9))
+    b.tick(T0 + 900_000, T0 + 900_000)
+    finals = [r for r in b.total.rewards if not r["provisional"]]
+    assert {r["session_id"] for r in finals} == {"s1", "s2"}
+    for spec in {r["spec_version"] for r in finals}:
+        windows = [w for w in b.total.windows if w["spec_version"] == spec]
+        assert sum(w["samples"] for w in windows) == 2, spec  # both turns, neither lost to a closed window
+
+
 # ---------------------------------------------------------------------------- processing failures
 def _raising_on(monkeypatch: pytest.MonkeyPatch, request_id: str) -> None:
     real = PartitionProcessor._apply

@@ -77,7 +77,9 @@ class PartitionProcessor:
         self.last_event_wall, self.ready = 0, False
         self.book = WindowBook(list(cfg.window_sizes_s), partition)
         self._wakeups = Wakeups()
-        self._open_served: dict[str, int] = {}  # request id of an open served turn -> its served ts
+        # (session id, request id) of an open served turn -> its served ts (request ids need not be unique
+        # across sessions: one session's turn settling must not free the windows another's still needs)
+        self._open_served: dict[tuple[str, str], int] = {}
         self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
         self._new_closes: list[tuple[int, list[WindowAggregate]]] = []
         self._close_prefix, self._meta_key, self.last_offset = f"r:{partition}:", f"m:{partition}", -1
@@ -291,7 +293,7 @@ class PartitionProcessor:
         turn.apply(ev)
         st.note_applied(new_turn)
         if served and turn.served is not None:  # (only a served event sets it; it is never unset)
-            self._open_served[rid] = turn.served["ts"]
+            self._open_served[(st.session_id, rid)] = turn.served["ts"]
         st.note_seen(event_id, ts, offset, idx)
         if ts > self.maxts:
             self.maxts = ts
@@ -384,7 +386,7 @@ class PartitionProcessor:
                     out.excluded.append(orphan)  # type: ignore[arg-type]
                     st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts, turn.n))
                 del st.turns[rid]
-                self._open_served.pop(rid, None)
+                self._open_served.pop((st.session_id, rid), None)
             elif cfg.provisional and turn.served is not None:
                 reached = [h for h in hz[:-1] if anchor + h * 1000 + cfg.grace_ms <= wm]
                 if reached and reached[-1] > turn.provisional_h:
@@ -466,7 +468,7 @@ class PartitionProcessor:
             st = SessionState.from_obj(obj)
             for rid, turn in st.turns.items():
                 if turn.served is not None:
-                    self._open_served[rid] = turn.served["ts"]
+                    self._open_served[(st.session_id, rid)] = turn.served["ts"]
             # (held tombstones are pruned ones a restart may need, SessionState.prune: adding one to the
             # book is a no-op unless the meta write of the batch that closed its window was lost)
             for tomb in (*st.done.values(), *(h[1] for h in st.held.values())):
