@@ -331,6 +331,7 @@ def test_two_sessions_turns_sharing_a_request_id_both_reach_their_windows() -> N
     b.tick(T0 + 900_000, T0 + 900_000)
     finals = [r for r in b.total.rewards if not r["provisional"]]
     assert {r["session_id"] for r in finals} == {"s1", "s2"}
+    assert len({r["reward_id"] for r in finals}) == len(finals)  # so the rewards table keeps both
     for spec in {r["spec_version"] for r in finals}:
         windows = [w for w in b.total.windows if w["spec_version"] == spec]
         assert sum(w["samples"] for w in windows) == 2, spec  # both turns, neither lost to a closed window

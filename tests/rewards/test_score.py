@@ -70,12 +70,13 @@ def test_record_maps_are_copies_not_the_outcomes() -> None:
     assert o.persisted[30] == 2
 
 
-def test_reward_ids_are_deterministic_and_distinguish_spec_and_horizon() -> None:
+def test_reward_ids_are_deterministic_and_distinguish_spec_horizon_and_turn() -> None:
     final, prov = outcome(), outcome(horizon_s=30, provisional=True)
     assert reward_id("v1", final) == reward_id("v1", outcome(finalised_wm=0)) == score(final, SPEC)["reward_id"]
     ids = {reward_id("v1", final), reward_id("v2", final), reward_id("v1", prov),
-           reward_id("v1", outcome(horizon_s=120, provisional=True)), reward_id("v1", outcome(request_id="r2"))}
-    assert len(ids) == 5
+           reward_id("v1", outcome(horizon_s=120, provisional=True)), reward_id("v1", outcome(request_id="r2")),
+           reward_id("v1", outcome(session_id="s2")), reward_id("v1", outcome(org_id="org-2"))}
+    assert len(ids) == 7  # a turn is (org, session, request): another session's turn of one request id is another row
 
 
 def test_scoring_is_deterministic() -> None:
@@ -124,7 +125,8 @@ def reference_score(o: TurnOutcome, spec: RewardSpec, spec_hash: str | None = No
         "clarifying": w.clarifying * o.count("clarifying"),
     }
     return {
-        "reward_id": stable_id(spec.version, o.request_id, f"h{o.horizon_s}" if o.provisional else "final",
+        "reward_id": stable_id(spec.version, o.org_id, o.session_id, o.request_id,
+                               f"h{o.horizon_s}" if o.provisional else "final",
                                *([f"r{revision}"] if revision else [])),
         "sample_id": o.request_id, "spec_version": spec.version, "spec_hash": spec_hash or spec.content_hash,
         "org_id": o.org_id, "session_id": o.session_id, "checkpoint_id": o.checkpoint_id,

@@ -6,7 +6,7 @@
 // org_id is optional (the ingestion key decides it) and client_ts is absent (the edge sets it).
 
 /** sha256 of the schemas this file was rendered from (as in models.py). */
-export const SCHEMA_DIGEST = "886c6d2d94c4247718bf3fd0fe1535ce5a4c2efd4f64a51dce6dc19a82e4a752";
+export const SCHEMA_DIGEST = "54232e234d6b907e3f659cbee7591554333e72d2268027457a49a906f9e26c4e";
 
 /** Product surface that served the turn. */
 export type Surface = "tab" | "composer" | "agent" | "chat";
@@ -61,7 +61,7 @@ export interface Envelope {
    */
   session_id: string;
   /**
-   * One agent turn; the join key of every signal about that turn. Unique across sessions and organisations (a UUID, as event_id): rewards are keyed by it. Max 128 chars.
+   * One agent turn; the join key of every signal about that turn within its session. Make it unique (a UUID, as event_id): a reward's sample_id is its request_id. Max 128 chars.
    * Rules: length >= 1, length <= 128, printable ASCII only (space to `~`), without `"` or `\`.
    */
   request_id: string;

@@ -95,7 +95,7 @@ REWARDS = TableDef(
     doc="One scored sample (agent turn) per reward spec version; provisional outcomes are separate rows "
     "(distinct reward_id). Keyed by (spec_version, sample_id, reward_id); the first copy is kept.",
     columns=(
-        C("reward_id", S, "stable_id(spec_version, sample_id, horizon or 'final'[, 'r<revision>']); unique per row."),
+        C("reward_id", S, "stable_id(spec_version, org_id, session_id, sample_id, horizon or 'final'[, 'r<revision>']); unique per row."),
         C("sample_id", S, "The scored agent turn (= request_id)."),
         C("spec_version", LC, "Reward spec version that scored it."),
         C("spec_hash", LC, "Hash of that spec's content."),
@@ -157,7 +157,7 @@ REWARD_WINDOWS = TableDef(
     "negative), which its next correction replaces.",
     columns=(
         C("window_id", S, "stable_id(window_key, source_partition); a correction's delta: stable_id(window_key, "
-          "source_partition, 'rev', sample_id)."),
+          "source_partition, 'rev', org_id, session_id, sample_id)."),
         C("window_key", S, "stable_id(size, start, checkpoint, arm, surface, spec_version); groups partials."),
         C("window_start", "Int64", "Window start, epoch ms (inclusive)."),
         C("window_end", "Int64", "Window end, epoch ms (exclusive)."),

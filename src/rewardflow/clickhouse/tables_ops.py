@@ -42,7 +42,8 @@ DEAD_LETTERS = TableDef(
 )
 
 EXCLUSION_COLUMNS: tuple[Column, ...] = (
-    C("exclusion_id", S, "stable_id(reason, event_id or request_id)."),
+    C("exclusion_id", S, "stable_id(reason, event_id, source position) for an event; "
+      "stable_id('orphan', org_id, session_id, request_id) for a turn."),
     C("reason", LC, "'late' | 'orphan' | 'duplicate'."),
     C("request_id", S, "Agent turn concerned."),
     C("session_id", S, "Agent session."),

@@ -1,6 +1,6 @@
 """Analyst views. Each reads with ``FINAL`` so a row delivered twice is counted once.
 
-* ``rewards_latest`` - one row per (spec_version, sample_id): the final outcome's
+* ``rewards_latest`` - one row per spec_version and turn (org_id, session_id, sample_id): the final outcome's
   latest revision if there is one, else the most advanced provisional one.
   Filter it by ``checkpoint_id`` for the latest rewards of a checkpoint.
 * ``rewards_daily`` - per day (of served_ts, UTC) x spec_version x checkpoint x
@@ -42,12 +42,13 @@ class ViewDef:
 
 REWARDS_LATEST = ViewDef(
     "rewards_latest",
-    "One row per (spec_version, sample_id): the final outcome's latest revision, else the latest provisional one.",
+    "One row per spec_version and turn (org_id, session_id, sample_id): the final outcome's latest revision, else "
+    "the latest provisional one.",
     """
 SELECT *
 FROM rewards FINAL
-ORDER BY spec_version, sample_id, provisional ASC, revision DESC, horizon_s DESC
-LIMIT 1 BY spec_version, sample_id
+ORDER BY spec_version, org_id, session_id, sample_id, provisional ASC, revision DESC, horizon_s DESC
+LIMIT 1 BY spec_version, org_id, session_id, sample_id
 """,
 )
 
@@ -77,7 +78,8 @@ SELECT
     avg(completion_tokens) AS mean_completion_tokens
 FROM (
     SELECT * FROM rewards FINAL WHERE provisional = 0
-    ORDER BY spec_version, sample_id, revision DESC LIMIT 1 BY spec_version, sample_id
+    ORDER BY spec_version, org_id, session_id, sample_id, revision DESC
+    LIMIT 1 BY spec_version, org_id, session_id, sample_id
 )
 GROUP BY day, spec_version, checkpoint_id, experiment_arm, surface
 """,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "3ac341abc9bfe809c1357207eaab21dbdce50d661c9c1e28ca6c4f21e54ef953"
+TABLES_DIGEST = "fe4901599ad8abbee1c82633f5a006968759220134641862aabaa472d6a9c0c1"
 
 
 class EventRow(TypedDict):
@@ -51,7 +51,7 @@ class RewardRecord(TypedDict):
     the first copy is kept.
     """
 
-    # stable_id(spec_version, sample_id, horizon or 'final'[, 'r<revision>']); unique per row.
+    # stable_id(spec_version, org_id, session_id, sample_id, horizon or 'final'[, 'r<revision>']); unique per row.
     reward_id: str
     # The scored agent turn (= request_id).
     sample_id: str
@@ -128,7 +128,7 @@ class WindowAggregate(TypedDict):
     minus its first scoring, so counts may be negative), which its next correction replaces.
     """
 
-    # stable_id(window_key, source_partition); a correction's delta: stable_id(window_key, source_partition, 'rev', sample_id).
+    # stable_id(window_key, source_partition); a correction's delta: stable_id(window_key, source_partition, 'rev', org_id, session_id, sample_id).
     window_id: str
     # stable_id(size, start, checkpoint, arm, surface, spec_version); groups partials.
     window_key: str
@@ -223,7 +223,7 @@ class Exclusion(TypedDict):
     kept out of rewards.
     """
 
-    # stable_id(reason, event_id or request_id).
+    # stable_id(reason, event_id, source position) for an event; stable_id('orphan', org_id, session_id, request_id) for a turn.
     exclusion_id: str
     # 'late' | 'orphan' | 'duplicate'.
     reason: str

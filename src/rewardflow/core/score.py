@@ -79,9 +79,12 @@ def components(o: TurnOutcome, spec: RewardSpec) -> dict[str, float]:
 
 
 def _reward_id(id_prefix: str, o: TurnOutcome, revision: int = 0) -> str:
-    # = stable_id(spec_version, request_id, tag[, f"r{revision}"]): blake2b-128 of each str(part) + "\x1f"
+    # = stable_id(spec_version, org_id, session_id, request_id, tag[, f"r{revision}"]): blake2b-128 of each
+    # str(part) + "\x1f". The turn is (org, session, request): two sessions' turns of one request id never
+    # share a row id
     rev = f"r{revision}\x1f" if revision else ""
-    return id_of_joined(f"{id_prefix}{o.request_id!s}\x1f{f'h{o.horizon_s}' if o.provisional else 'final'}\x1f{rev}")
+    return id_of_joined(f"{id_prefix}{o.org_id!s}\x1f{o.session_id!s}\x1f{o.request_id!s}\x1f"
+                        f"{f'h{o.horizon_s}' if o.provisional else 'final'}\x1f{rev}")
 
 
 def reward_id(spec_version: str, o: TurnOutcome, revision: int = 0) -> str:

@@ -208,7 +208,7 @@ _COUNTS = (("tool_calls", "n_tool_calls"), ("tool_broken", "n_tool_broken"), ("t
 def correction_deltas(first: RewardRecord, latest: RewardRecord, sizes_s: list[int], partition: int) -> list[WindowAggregate]:
     """The delta partials of a corrected turn, one per window size: ``latest`` minus ``first`` (the
     turn's rewards as first scored and as now corrected, same spec and served event), with ``samples``
-    0 and id ``stable_id(window_key, partition, 'rev', sample_id)``. Merged with the window's partials,
+    0 and id ``stable_id(window_key, partition, 'rev', org_id, session_id, sample_id)``. Merged with the window's partials,
     the turn counts as ``latest``; a later correction's delta replaces this one (same id). The served
     event does not change, so neither do the window, the latency or the tokens."""
     ts = first["served_ts"]
@@ -219,7 +219,8 @@ def correction_deltas(first: RewardRecord, latest: RewardRecord, sizes_s: list[i
         key = window_key(size, start, first["checkpoint_id"], first["experiment_arm"], first["surface"],
                          first["spec_version"])
         row: dict[str, Any] = {
-            "window_id": id_of_joined(f"{key}\x1f{partition!s}\x1frev\x1f{first['sample_id']!s}\x1f"),
+            "window_id": id_of_joined(f"{key}\x1f{partition!s}\x1frev\x1f{first['org_id']!s}\x1f"
+                                      f"{first['session_id']!s}\x1f{first['sample_id']!s}\x1f"),
             "window_key": key, "window_start": start, "window_end": start + size * 1000, "window_size_s": size,
             "checkpoint_id": first["checkpoint_id"], "experiment_arm": first["experiment_arm"],
             "surface": first["surface"], "spec_version": first["spec_version"], "source_partition": partition,

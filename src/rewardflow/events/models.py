@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationInfo, field_validator
 
-SCHEMA_DIGEST = "886c6d2d94c4247718bf3fd0fe1535ce5a4c2efd4f64a51dce6dc19a82e4a752"
+SCHEMA_DIGEST = "54232e234d6b907e3f659cbee7591554333e72d2268027457a49a906f9e26c4e"
 
 Surface = Literal["tab", "composer", "agent", "chat"]
 ToolStatus = Literal["ok", "error", "broken"]
@@ -53,7 +53,7 @@ class Envelope(BaseModel):
         description="Editor or agent session; the Kafka partition key. Max 128 chars.",
     )
     request_id: Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern="^[ !#-\\[\\]-~]*$")] = Field(
-        description="One agent turn; the join key of every signal about that turn. Unique across sessions and organisations (a UUID, as event_id): rewards are keyed by it. Max 128 chars.",
+        description="One agent turn; the join key of every signal about that turn within its session. Make it unique (a UUID, as event_id): a reward's sample_id is its request_id. Max 128 chars.",
     )
     producer: Producer = Field(description="The client that emitted this event.")
     client_ts: Annotated[int, Strict(), Field(ge=946684800000, lt=4102444800000)] | None = Field(

@@ -107,9 +107,9 @@ def replay_partition(records: list[tuple[int, list[dict[str, Any]]]], spec: Rewa
             progress(len(events))
     if records:
         feed(orjson.dumps({"wm": proc.maxts + cfg.settle_ms}), _TICK_HEADERS, records[-1][0] + 1, "replay")
-    latest: dict[str, RewardRecord] = {}  # a turn the replay corrects counts once, as its latest revision
+    latest: dict[tuple[str, str, str], RewardRecord] = {}  # a corrected turn counts once, as its latest revision
     for r in final:
-        latest[r["sample_id"]] = r
+        latest[(r["org_id"], r["session_id"], r["sample_id"])] = r
     return list(latest.values())
 
 
