@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
+from rewardflow.core.session import SessionState
 from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES
 from rewardflow.core.ticks import TICK_HEADERS, signed_tick
 from rewardflow.events.wire import encode_avro, encode_json
@@ -190,8 +191,6 @@ def test_a_session_over_its_event_limit_has_the_excess_dead_lettered() -> None:
 def test_the_limit_does_not_depend_on_when_expired_tombstones_are_pruned(monkeypatch: pytest.MonkeyPatch) -> None:
     """Expired tombstones are not counted, pruned or not: a session whose wake-up came late (as after a
     restart, which rebuilds the wake-up schedule) decides as one that woke on time."""
-    from rewardflow.core.session import SessionState
-
     def run(prune: bool) -> tuple[list[str], int]:
         with monkeypatch.context() as m:
             if not prune:
@@ -273,6 +272,20 @@ def test_edits_dated_past_the_turn_span_are_refused_and_hold_back_no_window_of_t
     assert b.finals("s-evil") and b.finals("s1")  # and both turns were scored
 
 
+def test_an_edit_past_the_turn_span_is_refused_as_a_correction_too() -> None:
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
+                     tick_key=KEY, max_turn_span_ms=60_000, correction_ms=600_000)
+    b = Broker(cfg)
+    b.send(T0, ev("InferenceServed", "r1", "s1", T0))
+    b.tick(T0 + 150_000, T0 + 150_000)  # finalised: a later signal may correct it
+    assert b.finals("s1")
+    at = T0 + 200_000
+    out = b.send(at, ev("AgentEdit", "r1", "s1", at, edit_id="late-edit"))
+    assert codes(out) == ["turn_span_limit"] and not out.rewards and not out.valid
+    within = b.send(at, ev("FollowUp", "r1", "s1", at, dissatisfied=True))  # other signals still correct it
+    assert {r["revision"] for r in within.rewards} == {1}
+
+
 # ---------------------------------------------------------------------------- tenants
 def _as(org: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**e, "org_id": org} for e in events]
@@ -307,6 +320,25 @@ def test_another_org_cannot_take_a_sessions_event_ids_ahead_of_it() -> None:
     assert set(codes(b.send(T0 + 130_000, *squat))) == {"session_org_mismatch"}
     out = b.send(T0 + 130_000, *rest)
     assert not out.excluded and len(out.valid) == len(rest)  # none taken for a duplicate
+
+
+@pytest.mark.parametrize("expired", [False, True])
+def test_whose_a_session_is_never_depends_on_when_its_tombstones_are_pruned(
+        monkeypatch: pytest.MonkeyPatch, expired: bool) -> None:
+    """Like the session limits, the owner counts live tombstones only: a replay, which prunes at other
+    times, decides the same. Once its tombstones expire, a session is nobody's."""
+    def run(prune: bool) -> list[str]:
+        with monkeypatch.context() as m:
+            if not prune:
+                m.setattr(SessionState, "prune", lambda self, *a, **k: None)
+            b = Broker()
+            b.send(T0, *_as("org-a", [ev("InferenceServed", "f1", "s", T0)]))
+            b.tick(T0 + 200_000, T0 + 200_000)  # finalised
+            later = T0 + 200_000 + (CFG.keep_done_ms + CFG.prune_step_ms + 120_000 if expired else 1_000)
+            b.tick(later, later)
+            return codes(b.send(later + 1, *_as("org-b", [ev("InferenceServed", "f2", "s", later + 1)])))
+
+    assert run(True) == run(False) == ([] if expired else ["session_org_mismatch"])
 
 
 def test_a_session_of_one_org_keeps_taking_its_own_turns() -> None:

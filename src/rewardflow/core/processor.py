@@ -230,7 +230,7 @@ class PartitionProcessor:
                 st = self._session(ev.session_id, cache, create=True)
                 assert st is not None
                 touched.append(st.session_id)
-                owner = st.org()
+                owner = st.org(self._live, offset)
             if owner is None:
                 owner = ev.org_id
             elif ev.org_id != owner:  # a session id is one tenant's: another's events never reach its turns
@@ -265,7 +265,8 @@ class PartitionProcessor:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
         if done is not None and self._live(done):
             if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev):
-                self._correct(st, rid, done, ev, raw, idx, offset, now_ms, out)
+                if not self._past_span(ev, done.served_ts, raw, idx, offset, now_ms, out):
+                    self._correct(st, rid, done, ev, raw, idx, offset, now_ms, out)
                 return
             # the watermark that finalised the turn: a replay after a crash gives the same row
             out.late.append(exclusion("late", ev, raw, tombstone_checkpoint(done), done.wm, self.partition, offset, idx))
@@ -280,12 +281,8 @@ class PartitionProcessor:
             return
         if self._refused(st, turn is None, raw, idx, offset, now_ms, out):
             return
-        if turn is not None and turn.served is not None and ts - turn.served["ts"] > self.cfg.max_turn_span_ms \
-                and type(ev) is AgentEdit:
-            out.dead.append(dead_letter(
-                self.topic, self.partition, offset, idx, "turn_span_limit",
-                f"edit dated {ts - turn.served['ts']} ms after its turn's InferenceServed (allowed: "
-                f"{self.cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)", raw, event_json(raw, None), now_ms))
+        if turn is not None and turn.served is not None \
+                and self._past_span(ev, turn.served["ts"], raw, idx, offset, now_ms, out):
             return
         new_turn = turn is None
         if turn is None:
@@ -312,6 +309,18 @@ class PartitionProcessor:
         out.valid.append(event_row(ev, raw, self.partition, offset))
         out.rewards.extend(rewards)
         out.windows.extend(windows)
+
+    def _past_span(self, ev: Envelope, served_ts: int, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
+                   out: Outputs) -> bool:
+        """Dead-letter an edit dated more than ``max_turn_span_ms`` after its turn's served event (open or
+        finalised: a correction is bound alike); each edit puts off its turn's deadline."""
+        if type(ev) is not AgentEdit or served_ts < 0 or ev.ts - served_ts <= self.cfg.max_turn_span_ms:
+            return False
+        out.dead.append(dead_letter(
+            self.topic, self.partition, offset, idx, "turn_span_limit",
+            f"edit dated {ev.ts - served_ts} ms after its turn's InferenceServed (allowed: "
+            f"{self.cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)", raw, event_json(raw, None), now_ms))
+        return True
 
     def _refused(self, st: SessionState, new_turn: bool, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
                  out: Outputs) -> bool:

@@ -100,14 +100,17 @@ class SessionState:
     _load: list[int] | None = field(default=None, repr=False, compare=False)
     _load_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
-    def org(self) -> str | None:
-        """The organisation whose turns the session holds (its open turns' and tombstones' org), or None
-        while it holds none. Every turn of a session is of one org (the processor refuses others)."""
+    def org(self, live: Callable[[Tombstone], bool], offset: int) -> str | None:
+        """The organisation whose turns the session holds at the record at ``offset``: its open turns' org,
+        else its ``live`` tombstones' (a held one counts for a record it was still done at), else None.
+        Every turn of a session is of one org (the processor refuses others). Like the session limits, it
+        counts live tombstones only, so it never depends on when expired ones happen to be pruned."""
         for turn in self.turns.values():
             return turn.org_id
-        for tomb in (*self.done.values(), *(t for _, t in self.held.values())):
+        held = (t for at, t in self.held.values() if offset <= at)
+        for tomb in (*self.done.values(), *held):
             row = tomb.outcome if tomb.outcome is not None else tomb.orphan
-            if row is not None and row.get("org_id") is not None:
+            if row is not None and row.get("org_id") is not None and live(tomb):
                 return str(row["org_id"])
         return None
 
