@@ -92,3 +92,12 @@ def test_to_json_is_valid_json_with_nulls_for_nan() -> None:
     assert doc["metrics"]["persistence_rate"]["baseline"] is None
     assert doc["metrics"]["persistence_rate"]["verdict"] == "n/a"
     assert doc["turns"] == rep.turns and doc["spec_version"] == "v1"
+
+
+def test_two_sessions_turns_sharing_a_request_id_are_two_samples() -> None:
+    from rewardflow.analysis.rows import final_rows
+
+    row = {**[r for r in rewards("clean") if not r["provisional"]][0], "org_id": "org-a", "session_id": "s1"}
+    other = {**row, "reward_id": "other", "session_id": "s2", "reward": row["reward"] + 1}
+    kept, _ = final_rows([row, other, {**row}], spec_version=row["spec_version"])  # (the copy is a redelivery)
+    assert sorted(r["session_id"] for r in kept) == ["s1", "s2"]

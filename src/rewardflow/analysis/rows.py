@@ -80,11 +80,12 @@ def final_rows(rows: Any, spec_version: str | None = None) -> tuple[list[dict[st
     spec = spec_version or versions[-1]
     if spec not in versions:
         raise AnalysisError(f"no final reward rows under spec {spec!r}; present: {', '.join(versions)}")
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in final:
         if r["spec_version"] != spec:
             continue
-        key = str(r.get("sample_id") or r["reward_id"])
+        # a turn is (org, session, request): rows without those columns (a file of rewards) go by sample_id
+        key = (str(r.get("org_id") or ""), str(r.get("session_id") or ""), str(r.get("sample_id") or r["reward_id"]))
         cur = latest.get(key)
         if cur is None or int(r.get("revision") or 0) > int(cur.get("revision") or 0):
             latest[key] = r

@@ -21,7 +21,7 @@ from typing import Any
 from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings
 
-REWARD_COLUMNS = ("reward_id", "sample_id", "checkpoint_id", "experiment_arm", "surface", "spec_version",
+REWARD_COLUMNS = ("reward_id", "org_id", "session_id", "sample_id", "checkpoint_id", "experiment_arm", "surface", "spec_version",
                   "provisional", "horizon_s", "revision", "served_ts", "reward", "latency_ms", "n_edits", "n_dissatisfied",
                   "n_clarifying", "n_tool_broken", "persisted", "checked")
 WINDOW_COLUMNS = ("window_id", "window_key", "window_start", "window_end", "window_size_s", "checkpoint_id",
@@ -65,7 +65,8 @@ def fetch_rewards(settings: Settings, checkpoints: Sequence[str], spec_version: 
         where += " AND spec_version = {spec:String}"
         params["spec"] = spec_version
     sql = (f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} "
-           "ORDER BY spec_version, sample_id, revision DESC LIMIT 1 BY spec_version, sample_id")
+           "ORDER BY spec_version, org_id, session_id, sample_id, revision DESC "
+           "LIMIT 1 BY spec_version, org_id, session_id, sample_id")
     return _query(settings, sql, params)
 
 
