@@ -1,4 +1,6 @@
-"""What one session may hold: the rule that bounds a session's state whatever a client sends.
+"""What one session may hold and take: the rules that bound a session's state and keep it one tenant's,
+whatever a client sends. Each rule returns a dead-letter code and reason, or None; the processor
+dead-letters the event.
 
 A session may hold at most ``max_session_turns`` turns (open ones plus finalised ones whose
 tombstone is still live) and ``max_session_events`` events in them. An event beyond either
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.events.models import AgentEdit, Envelope
 
 TURN_BYTES = 4_096
 """Most bytes one turn adds to its session's stored state, open or as a tombstone: with corrections,
@@ -45,3 +48,22 @@ def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[
         return ("session_event_limit", f"session {st.session_id[:128]!r} holds {events} events, the limit "
                 f"(REWARDFLOW_MAX_SESSION_EVENTS={cfg.max_session_events})")
     return None
+
+
+def span_refusal(cfg: JoinConfig, ev: Envelope, served_ts: int) -> tuple[str, str] | None:
+    """The dead-letter code and reason of an edit dated more than ``max_turn_span_ms`` after its turn's
+    served event (``served_ts``; negative: none), else None. Each edit puts off its turn's deadline, and an
+    open served turn holds back its partition's windows; a correction of a finalised turn is bound alike."""
+    if type(ev) is not AgentEdit or served_ts < 0 or ev.ts - served_ts <= cfg.max_turn_span_ms:
+        return None
+    return ("turn_span_limit", f"edit dated {ev.ts - served_ts} ms after its turn's InferenceServed (allowed: "
+            f"{cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)")
+
+
+def org_refusal(owner: str, ev: Envelope) -> tuple[str, str] | None:
+    """The dead-letter code and reason of an event naming another org than ``owner``, the org whose turns
+    its session holds (:meth:`SessionState.org`), else None: a session id is one tenant's."""
+    if ev.org_id == owner:
+        return None
+    return ("session_org_mismatch",
+            f"session {ev.session_id[:128]!r} holds the turns of another organisation than {ev.org_id[:128]!r}")

@@ -41,7 +41,7 @@ from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.corrections import correct, correctable, kept, reemit
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
                                      turn_exclusion)
-from rewardflow.core.limits import refusal
+from rewardflow.core.limits import org_refusal, refusal, span_refusal
 from rewardflow.core.marks import mark
 from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone, tombstone_checkpoint
@@ -50,7 +50,7 @@ from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
 from rewardflow.core.windows import WindowBook, window_from_obj
 from rewardflow.events.errors import DecodeError
-from rewardflow.events.models import AgentEdit, Envelope, InferenceServed
+from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
 from rewardflow.events.wire import decode_record, record_format
 from rewardflow.core.score import score
@@ -233,11 +233,7 @@ class PartitionProcessor:
                 owner = st.org(self._live, offset)
             if owner is None:
                 owner = ev.org_id
-            elif ev.org_id != owner:  # a session id is one tenant's: another's events never reach its turns
-                out.dead.append(dead_letter(
-                    self.topic, self.partition, offset, idx, "session_org_mismatch",
-                    f"session {ev.session_id[:128]!r} holds the turns of another organisation than {ev.org_id[:128]!r}",
-                    raw, event_json(raw, value), now_ms))
+            elif self._dead(org_refusal(owner, ev), raw, idx, offset, now_ms, out, value):
                 continue
             self._apply(st, ev, raw, idx, offset, now_ms, out)
 
@@ -265,7 +261,7 @@ class PartitionProcessor:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
         if done is not None and self._live(done):
             if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev):
-                if not self._past_span(ev, done.served_ts, raw, idx, offset, now_ms, out):
+                if not self._dead(span_refusal(self.cfg, ev, done.served_ts), raw, idx, offset, now_ms, out):
                     self._correct(st, rid, done, ev, raw, idx, offset, now_ms, out)
                 return
             # the watermark that finalised the turn: a replay after a crash gives the same row
@@ -279,10 +275,10 @@ class PartitionProcessor:
             ck = checkpoint_of(ev, turn, None)
             out.late.append(exclusion("late", ev, raw, ck, self.wm, self.partition, offset, idx))
             return
-        if self._refused(st, turn is None, raw, idx, offset, now_ms, out):
+        if self._dead(refusal(st, self.cfg, turn is None, self._clock, self._live), raw, idx, offset, now_ms, out):
             return
         if turn is not None and turn.served is not None \
-                and self._past_span(ev, turn.served["ts"], raw, idx, offset, now_ms, out):
+                and self._dead(span_refusal(self.cfg, ev, turn.served["ts"]), raw, idx, offset, now_ms, out):
             return
         new_turn = turn is None
         if turn is None:
@@ -299,7 +295,7 @@ class PartitionProcessor:
     def _correct(self, st: SessionState, rid: str, done: Tombstone, ev: Envelope, raw: dict[str, Any], idx: int,
                  offset: int, now_ms: int, out: Outputs) -> None:
         """A signal for a finalised turn within the correction window: its next revision (corrections.py)."""
-        if self._refused(st, False, raw, idx, offset, now_ms, out):
+        if self._dead(refusal(st, self.cfg, False, self._clock, self._live), raw, idx, offset, now_ms, out):
             return
         tomb, rewards, windows = correct(done, ev, self.cfg, offset, self._keep_offset, self._scored, self.partition)
         st.finalise(rid, tomb)
@@ -310,24 +306,11 @@ class PartitionProcessor:
         out.rewards.extend(rewards)
         out.windows.extend(windows)
 
-    def _past_span(self, ev: Envelope, served_ts: int, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
-                   out: Outputs) -> bool:
-        """Dead-letter an edit dated more than ``max_turn_span_ms`` after its turn's served event (open or
-        finalised: a correction is bound alike); each edit puts off its turn's deadline."""
-        if type(ev) is not AgentEdit or served_ts < 0 or ev.ts - served_ts <= self.cfg.max_turn_span_ms:
-            return False
-        out.dead.append(dead_letter(
-            self.topic, self.partition, offset, idx, "turn_span_limit",
-            f"edit dated {ev.ts - served_ts} ms after its turn's InferenceServed (allowed: "
-            f"{self.cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)", raw, event_json(raw, None), now_ms))
-        return True
-
-    def _refused(self, st: SessionState, new_turn: bool, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
-                 out: Outputs) -> bool:
-        """Dead-letter the event when one more would put its session over its limits (limits.py)."""
-        over = refusal(st, self.cfg, new_turn, self._clock, self._live)
+    def _dead(self, over: tuple[str, str] | None, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
+              out: Outputs, record: bytes | None = None) -> bool:
+        """Dead-letter the event under ``over`` (code, reason) from one of :mod:`.limits`' rules, if any."""
         if over is not None:
-            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, None), now_ms))
+            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record), now_ms))
         return over is not None
 
     def _clock(self) -> tuple[int, int]:
