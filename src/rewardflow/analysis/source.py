@@ -21,9 +21,9 @@ from typing import Any
 from rewardflow.lineage.registry import Registry
 from rewardflow.settings import Settings
 
-REWARD_COLUMNS = ("reward_id", "org_id", "session_id", "sample_id", "checkpoint_id", "experiment_arm", "surface", "spec_version",
-                  "provisional", "horizon_s", "revision", "served_ts", "reward", "latency_ms", "n_edits", "n_dissatisfied",
-                  "n_clarifying", "n_tool_broken", "persisted", "checked")
+REWARD_COLUMNS = ("reward_id", "org_id", "session_id", "sample_id", "checkpoint_id", "experiment_arm", "surface",
+                  "spec_version", "provisional", "horizon_s", "revision", "served_ts", "reward", "latency_ms", "n_edits",
+                  "n_dissatisfied", "n_clarifying", "n_tool_broken", "persisted", "checked")
 WINDOW_COLUMNS = ("window_id", "window_key", "window_start", "window_end", "window_size_s", "checkpoint_id",
                   "experiment_arm", "surface", "spec_version", "source_partition", "samples", "reward_sum",
                   "reward_sq_sum", "turns_with_edit", "turns_dissatisfied", "turns_followup", "turns_clarifying",

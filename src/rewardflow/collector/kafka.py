@@ -9,7 +9,8 @@ partition.
 
 Contract: :meth:`AckingProducer.send` returns once every record is acknowledged, or raises
 :class:`KafkaUnavailable` (a full queue, a record the producer refuses, a failed delivery, or no
-acknowledgement within ``timeout_s``), or :class:`~.records.RecordTooLarge` before producing anything. It never reports success for a record Kafka did not confirm; records of a refused
+acknowledgement within ``timeout_s``), or :class:`~.records.RecordTooLarge` before producing anything.
+It never reports success for a record Kafka did not confirm; records of a refused
 request may still arrive later, and the pipeline deduplicates them by ``event_id`` when the client
 retries. :meth:`close` flushes what is in flight.
 """

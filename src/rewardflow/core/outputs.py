@@ -108,7 +108,8 @@ def turn_exclusion(turn: TurnState, wm: int, partition: int, failure: str = "") 
     if failure:
         payload["error"] = failure
     return {  # (a plain dict: the tombstone keeps it as such, and the stream emits it as an Exclusion row)
-        "exclusion_id": stable_id("orphan", turn.org_id, turn.session_id, turn.request_id), "reason": "scoring_error" if failure else "orphan",
+        "exclusion_id": stable_id("orphan", turn.org_id, turn.session_id, turn.request_id),
+        "reason": "scoring_error" if failure else "orphan",
         "request_id": turn.request_id, "session_id": turn.session_id, "org_id": turn.org_id,
         "event_id": "", "event_type": "", "checkpoint_id": "", "ts": turn.first_ts, "watermark": wm,
         "source_partition": partition, "payload": orjson.dumps(payload).decode(),

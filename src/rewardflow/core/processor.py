@@ -310,7 +310,8 @@ class PartitionProcessor:
               out: Outputs, record: bytes | None = None) -> bool:
         """Dead-letter the event under ``over`` (code, reason) from one of :mod:`.limits`' rules, if any."""
         if over is not None:
-            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record), now_ms))
+            out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record),
+                                        now_ms))
         return over is not None
 
     def _clock(self) -> tuple[int, int]:
