@@ -13,17 +13,17 @@ not move. It depends only on the code and the seed (event time is the workload's
 in the order they were decided, which is what the core promises whatever the batches.
 The current outputs digests: avro ``7f557c17…95c0`` (any ``--batch-records``, either
 ``--store``), json ``88d565b4…dbfd``. The state digest, avro, default batches:
-``5d85cc6a…7509`` with the default correction window (finalised turns keep their state),
-``76b087a1…a1bb`` with ``REWARDFLOW_CORRECTION_WINDOW_MS=0``. The state digest moves when the
-stored format does, and with the batch size (the partition meta key keeps a mark per batch).
+``cb32375e…265d`` with the default correction window (finalised turns keep their state),
+``4c33e73e…bc15`` with ``REWARDFLOW_CORRECTION_WINDOW_MS=0``. The state digest moves when the
+stored format or keys do, and with the batch size (the partition meta key keeps a mark per batch).
 
 ``--shape sdk`` takes the end-to-end benchmark's workload instead
 (``bench_e2e.make_records``: the SDK's default batching, 1.25 events a record, its
 event time fixed so the digest is stable) and times the core as the worker runs it:
 encoded store, the worker's garbage-collector settings (``rewardflow_streams.main.tune_gc``).
-Its current digests: outputs ``67aa70f9…93f5`` (any batch size), state ``56bcb726…3707``
-(default batches; ``d121d215…f927`` with ``--batch-records 4000``);
-with ``--format json`` (the SDK's ``wire_format="json"``): outputs ``7c7ab160…59b1`` (the
+Its current digests: outputs ``3e60d629…2c17`` (any batch size), state ``1c07f757…733a``
+(default batches; ``65758007…86a7`` with ``--batch-records 4000``);
+with ``--format json`` (the SDK's ``wire_format="json"``): outputs ``9c326a38…6039`` (the
 same rows; each stored payload keeps the key order its record was written in), state unchanged.
 
 ``--store json`` runs the processors over a store that keeps encoded bytes, as

@@ -131,7 +131,7 @@ def test_tombstones_keep_the_turn_only_when_corrections_are_on() -> None:
         f = Feed(cfg)
         f.send(*turn("r1", horizons=HZ))
         f.tick(DEADLINE)
-        tomb = Tombstone.from_obj(f.store.get("s:s1")[4]["r1"])
+        tomb = Tombstone.from_obj(f.store.get("s:org\ts1")[4]["r1"])
         assert (tomb.turn is not None) is kept and tomb.deadline == (DEADLINE if kept else 0)
         assert Tombstone.from_obj(tomb.to_obj()) == tomb
 

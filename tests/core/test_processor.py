@@ -354,7 +354,7 @@ def test_tombstones_outlive_their_window_so_late_events_are_recognised() -> None
     f.send(*turn("r1", horizons=HZ))
     f.tick(DEADLINE)
     f.tick(DEADLINE + CFG.keep_done_ms - 1)
-    assert "s:s1" in f.store.data
+    assert "s:org\ts1" in f.store.data
     out = f.send(ev("FollowUp", "r1", ts=T0))
     assert out.late[0]["checkpoint_id"] == "ck-a"
 
@@ -571,7 +571,7 @@ def test_a_blocked_tombstone_does_not_postpone_another_turns_deadline() -> None:
     f.send(ev("InferenceServed", "b2", "sb", T0 + 200 * s))  # deadline T0 + 321 s
     f.tick(T0 + 231 * s)
     f.tick(T0 + 313 * s)  # b1's tombstone is old enough to go, but its window cannot close yet
-    assert "b1" in f.store.data["s:sb"][4]
+    assert "b1" in f.store.data["s:org\tsb"][4]
     out = f.tick(T0 + 321 * s)
     assert [r["sample_id"] for r in out.rewards if not r["provisional"]] == ["b2", "b2"]
     assert f.final()[-1]["finalised_wm"] == T0 + 321 * s
@@ -585,7 +585,7 @@ def test_restart_counts_redelivered_events_in_the_watermark() -> None:
     n = len(store.log)
     second = json_record(ev("FollowUp", "r1", ts=T0 + 50_000))
     f.record(*second)
-    assert [k for k, _ in store.log[n:]] == ["s:s1", "m:0"]
+    assert [k for k, _ in store.log[n:]] == ["s:org\ts1", "m:0"]
     g = Feed(store=snapshot(store.log, n + 1), offset=1)  # the session survived, the meta did not
     g.record(*second)
     assert g.proc.wm == f.proc.wm == T0 + 50_000 - CFG.lateness_ms
@@ -762,14 +762,14 @@ def test_a_turn_finalised_and_pruned_in_one_uncommitted_batch_is_re_emitted_afte
     store = DictStore()
     first = PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0, committed=0)
     assert ("r0", SPECS[0].version) in finals(first)
-    assert store.data["s:s1"][4] == {} and "r0" in store.data["s:s1"][6]  # pruned by the tick, held
+    assert store.data["s:org\ts1"][4] == {} and "r0" in store.data["s:org\ts1"][6]  # pruned by the tick, held
     again = PartitionProcessor(CFG, list(SPECS), store, "raw", 0).process_batch(records, 0, committed=0)
     assert finals(again) == finals(first)
     assert {x["exclusion_id"] for x in again.excluded} == {x["exclusion_id"] for x in first.excluded}
     # once the commit passed the batch, the held tombstones go at the session's next wake-up
     proc = PartitionProcessor(CFG, list(SPECS), store, "raw", 0)
     proc.process_batch([(*tick_record_of(2**53 + 10**9), 4)], 0, committed=4)
-    assert "s:s1" not in store.data
+    assert "s:org\ts1" not in store.data
 
 
 def test_a_batch_that_replays_records_below_the_commit_still_finds_their_state() -> None:

@@ -28,14 +28,14 @@ def sessions(draw: st.DrawFn) -> SessionState:
     state = SessionState("s1", 0, {t.request_id: t for t in turns}, seen, done)
     read_back: bool = draw(st.booleans())
     if seen and read_back:  # with its stored floor (the cache), or without
-        state = SessionState.from_obj(orjson.loads(orjson.dumps(state.to_obj())))
+        state = SessionState.from_obj(orjson.loads(orjson.dumps(state.to_obj())), "")
     return state
 
 
 def reference_prune(s: SessionState, wm: int, dedup_ms: int, keep_done_ms: int, closed_through: int,
                     seen_wm: int | None) -> list[Any]:
     """The plain definition of prune, on a copy; returns the stored object after it."""
-    s = SessionState.from_obj(orjson.loads(orjson.dumps(s.to_obj())))
+    s = SessionState.from_obj(orjson.loads(orjson.dumps(s.to_obj())), "")
     done = {k: t for k, t in s.done.items() if t.wm >= wm - keep_done_ms or t.served_ts >= closed_through}
     seen = s.seen
     if seen:
@@ -84,14 +84,14 @@ def test_next_wake_is_the_earliest_need(s: SessionState, deadlines: list[int], d
 def test_stored_object_round_trips_in_order(s: SessionState) -> None:
     obj = s.to_obj()
     assert obj[4] == {k: t.to_obj() for k, t in s.done.items()} and list(obj[4]) == list(s.done)
-    back = SessionState.from_obj(orjson.loads(orjson.dumps(obj)))
+    back = SessionState.from_obj(orjson.loads(orjson.dumps(obj)), "")
     assert orjson.dumps(back.to_obj()) == orjson.dumps(obj)
     assert back.done == s.done and list(back.turns) == list(s.turns)
 
 
 def test_state_written_before_first_ts_and_the_floor_is_still_read() -> None:
     old = ["s1", 0, [], {"e1": [T0, 3, 0]}, {"r1": [T0 + 10, 3, T0, None, None]}]  # no floor, 5-field tombstone
-    s = SessionState.from_obj(old)
+    s = SessionState.from_obj(old, "")
     assert s.done["r1"] == Tombstone(T0 + 10, 3, T0, None, None, None)
     assert s.seen_floor() == T0 and s.to_obj()[4] == {"r1": [T0 + 10, 3, T0, None, None, None, 0]}
 
@@ -114,7 +114,7 @@ def test_prune_holds_tombstones_pruned_at_an_uncommitted_offset_until_the_commit
     s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=7, offset=9)  # r2 pruned at 9 >= 7: held
     assert list(s.done) == ["r3", "r4"] and s.held == {"r2": (9, done["r2"])}
     assert "e0" not in s.seen  # r0 is neither done nor held: its seen id goes
-    back = SessionState.from_obj(orjson.loads(s.to_json()))
+    back = SessionState.from_obj(orjson.loads(s.to_json()), "")
     assert back.held == s.held and back.done == s.done and not back.is_empty()
     s.prune(T0 + 3500, 0, 1000, closed_through=T0 + 1000, keep_offset=9, offset=12)
     assert list(s.held) == ["r2"]  # the batch that pruned it (offset 9) may still be replayed

@@ -1,6 +1,5 @@
-"""What one session may hold and take: the rules that bound a session's state and keep it one tenant's,
-whatever a client sends. Each rule returns a dead-letter code and reason, or None; the processor
-dead-letters the event.
+"""What one session may hold and take: the rules that bound a session's state, whatever a client
+sends. Each rule returns a dead-letter code and reason, or None; the processor dead-letters the event.
 
 A session may hold at most ``max_session_turns`` turns (open ones plus finalised ones whose
 tombstone is still live) and ``max_session_events`` events in them. An event beyond either
@@ -59,11 +58,3 @@ def span_refusal(cfg: JoinConfig, ev: Envelope, served_ts: int) -> tuple[str, st
     return ("turn_span_limit", f"edit dated {ev.ts - served_ts} ms after its turn's InferenceServed (allowed: "
             f"{cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)")
 
-
-def org_refusal(owner: str, ev: Envelope) -> tuple[str, str] | None:
-    """The dead-letter code and reason of an event naming another org than ``owner``, the org whose turns
-    its session holds (:meth:`SessionState.org`), else None: a session id is one tenant's."""
-    if ev.org_id == owner:
-        return None
-    return ("session_org_mismatch",
-            f"session {ev.session_id[:128]!r} holds the turns of another organisation than {ev.org_id[:128]!r}")

@@ -41,10 +41,10 @@ from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.corrections import correct, correctable, kept, reemit
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
                                      turn_exclusion)
-from rewardflow.core.limits import org_refusal, refusal, span_refusal
+from rewardflow.core.limits import refusal, span_refusal
 from rewardflow.core.marks import mark
 from rewardflow.core.rows import WindowAggregate
-from rewardflow.core.session import SessionState, Tombstone, tombstone_checkpoint
+from rewardflow.core.session import SessionState, Tombstone, session_key, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
@@ -91,6 +91,9 @@ class PartitionProcessor:
         # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it)
         self._states: dict[str, tuple[Any, SessionState]] = {}
         self._put_json = getattr(store, "put_json", None)  # a store that takes values with their JSON
+        # session key -> the store key of its state stored under the session id alone; store keys to delete
+        self._unkeyed: dict[str, str] = {}
+        self._dropped: list[str] = []
 
     def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
                 record_ts: int | None = None) -> Outputs:
@@ -216,7 +219,8 @@ class PartitionProcessor:
             valid_idx: range | list[int] = [i for i in range(len(raws)) if i not in bad]
         else:
             valid_idx = range(len(raws))
-        st, owner = None, None  # a record carries one session's events (decode_record refuses any other)
+        st: SessionState | None = None  # a record carries one session's events (decode_record refuses any
+        # other); a session is one org's, so an event naming another org goes to that org's session
         for idx, ev in zip(valid_idx, events, strict=True):
             raw = raws[idx]
             if bound is not None and ev.ts > bound:
@@ -226,15 +230,10 @@ class PartitionProcessor:
                     f"(allowed: {cfg.max_clock_skew_ms} ms, REWARDFLOW_MAX_CLOCK_SKEW_MS)",
                     raw, event_json(raw, value), now_ms))
                 continue
-            if st is None:
-                st = self._session(ev.session_id, cache, create=True)
+            if st is None or st.org_id != ev.org_id:
+                st = self._session(session_key(ev.org_id, ev.session_id), cache, create=True)
                 assert st is not None
-                touched.append(st.session_id)
-                owner = st.org(self._live, offset)
-            if owner is None:
-                owner = ev.org_id
-            elif self._dead(org_refusal(owner, ev), raw, idx, offset, now_ms, out, value):
-                continue
+                touched.append(st.key)
             self._apply(st, ev, raw, idx, offset, now_ms, out)
 
     def _apply(self, st: SessionState, ev: Envelope, raw: dict[str, Any], idx: int, offset: int, now_ms: int,
@@ -286,7 +285,7 @@ class PartitionProcessor:
         turn.apply(ev)
         st.note_applied(new_turn)
         if served and turn.served is not None:  # (only a served event sets it; it is never unset)
-            self._open_served[(st.session_id, rid)] = turn.served["ts"]
+            self._open_served[(st.key, rid)] = turn.served["ts"]
         st.note_seen(event_id, ts, offset, idx)
         if ts > self.maxts:
             self.maxts = ts
@@ -321,18 +320,23 @@ class PartitionProcessor:
         """Whether a tombstone is remembered, pruned or not (so no decision depends on wake-up timing)."""
         return t.wm >= self.wm - self.cfg.keep_done_ms or t.served_ts >= self.book.min_closed_through()
 
-    def _session(self, sid: str, cache: dict[str, SessionState], create: bool) -> SessionState | None:
-        st = cache.get(sid)
+    def _session(self, key: str, cache: dict[str, SessionState], create: bool) -> SessionState | None:
+        """The state of the session under ``key`` (:func:`session_key`), from the batch's ``cache``, the
+        store, or (``create``) new; None when there is none and ``create`` is false."""
+        st = cache.get(key)
         if st is None:
-            obj = self.store.get("s:" + sid)
+            obj = self.store.get("s:" + key)
+            if obj is None and key in self._unkeyed:
+                obj = self.store.get(self._unkeyed[key])
             if obj is not None:
-                kept = self._states.pop(sid, None)  # (popped: a batch that fails midway leaves nothing behind)
-                st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj)
+                kept = self._states.pop(key, None)  # (popped: a batch that fails midway leaves nothing behind)
+                st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj, _org_of(key))
             elif create:
-                st = SessionState(sid, self.partition)
+                org, _, sid = key.partition("\t")
+                st = SessionState(sid, self.partition, org_id=org)
             else:
                 return None
-            cache[sid] = st
+            cache[key] = st
         return st
 
     def _settle_due(self, offset: int, by: str, cache: dict[str, SessionState], touched: list[str],
@@ -379,7 +383,7 @@ class PartitionProcessor:
                     out.excluded.append(orphan)  # type: ignore[arg-type]
                     st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts, turn.n))
                 del st.turns[rid]
-                self._open_served.pop((st.session_id, rid), None)
+                self._open_served.pop((st.key, rid), None)
             elif cfg.provisional and turn.served is not None:
                 reached = [h for h in hz[:-1] if anchor + h * 1000 + cfg.grace_ms <= wm]
                 if reached and reached[-1] > turn.provisional_h:
@@ -390,7 +394,7 @@ class PartitionProcessor:
                  keep_offset=self._keep_offset, offset=offset)
 
     def _schedule(self, st: SessionState) -> None:
-        self._wakeups.schedule(st.session_id, next_after_settle(st, self.cfg, self.wm))
+        self._wakeups.schedule(st.key, next_after_settle(st, self.cfg, self.wm))
 
     def _close_windows(self, offset: int, out: Outputs) -> None:
         limit = self.wm - self.cfg.settle_ms
@@ -404,17 +408,22 @@ class PartitionProcessor:
             self._new_closes.append((offset, closed))
 
     def _write(self, cache: dict[str, SessionState], committed: int | None) -> None:
-        store, put_json, states = self.store, self._put_json, self._states
-        for sid, st in cache.items():
+        store, put_json, states, unkeyed = self.store, self._put_json, self._states, self._unkeyed
+        for old in self._dropped:
+            store.delete(old)
+        self._dropped = []
+        for key, st in cache.items():
+            if unkeyed and key in unkeyed:  # now written under its key with the org
+                store.delete(unkeyed.pop(key))
             if st.is_empty():
-                store.delete("s:" + sid)
+                store.delete("s:" + key)
                 continue
             obj = st.to_obj()
             if put_json is not None:
-                put_json("s:" + sid, obj, st.to_json(obj))
+                put_json("s:" + key, obj, st.to_json(obj))
             else:
-                store.put("s:" + sid, obj)
-            states[sid] = (obj, st)
+                store.put("s:" + key, obj)
+            states[key] = (obj, st)
         while len(states) > self.cfg.state_cache:
             del states[next(iter(states))]  # the least recently written
         # Each window close is kept under its own keys until the source commit passes it, so a
@@ -449,7 +458,7 @@ class PartitionProcessor:
         recent: list[tuple[int, list[Any]]] = []
         self.last_offset = int(meta.get("off", -1))
         self._wakeups, self._open_served = Wakeups(), {}
-        self._states = {}
+        self._states, self._unkeyed, self._dropped = {}, {}, []
         for key, obj in self.store.items():
             if key.startswith(self._close_prefix):
                 off = int(key.split(":")[2])
@@ -458,10 +467,12 @@ class PartitionProcessor:
                 continue
             if not key.startswith("s:") or obj[1] != self.partition:
                 continue
-            st = SessionState.from_obj(obj)
+            st = self._stored_state(key, obj)
+            if st is None:
+                continue
             for rid, turn in st.turns.items():
                 if turn.served is not None:
-                    self._open_served[(st.session_id, rid)] = turn.served["ts"]
+                    self._open_served[(st.key, rid)] = turn.served["ts"]
             # (held tombstones are pruned ones a restart may need, SessionState.prune: adding one to the
             # book is a no-op unless the meta write of the batch that closed its window was lost)
             for tomb in (*st.done.values(), *(h[1] for h in st.held.values())):
@@ -482,6 +493,22 @@ class PartitionProcessor:
                 out.windows.extend(window_from_obj(w) for w in wins)
         self.ready = True
 
+    def _stored_state(self, key: str, obj: Any) -> SessionState | None:
+        """The state stored under ``key``. State stored under the session id alone (no org in the key) is
+        taken as the session of the org its turns name, and moves to that org's key at its next write;
+        without a turn or tombstone naming an org (then it holds nothing a restart needs but seen ids),
+        or beside a state already under that key, it is deleted at the next write."""
+        if "\t" in key:
+            return SessionState.from_obj(obj, _org_of(key[2:]))
+        st = SessionState.from_obj(obj, "")
+        org = st.recorded_org()
+        if org is None or self.store.get("s:" + session_key(org, st.session_id)) is not None:
+            self._dropped.append(key)
+            return None
+        st = SessionState.from_obj(obj, org)
+        self._unkeyed[st.key] = key
+        return st
+
     def pending(self) -> bool:
         """Whether anything (a turn, a tombstone, a window) still waits for the watermark."""
         return bool(self._wakeups) or bool(self.book.open)
@@ -491,3 +518,8 @@ class PartitionProcessor:
         if self.maxts == -_NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
             return None
         return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
+
+
+def _org_of(key: str) -> str:
+    """The org of a :func:`session_key`."""
+    return key[:key.index("\t")]

@@ -1,8 +1,9 @@
 """State of one session on one partition: open turns, seen event ids, tombstones.
 
 A session's state is the unit of persistence: the stream shell stores it under
-key ``s:<session_id>`` in a changelog-backed table, one write per session a
-batch of records touched or settled. Keeping all turns of a session together is what amortises
+key ``s:<org_id><TAB><session_id>`` (:func:`session_key`) in a changelog-backed table, one write
+per session a batch of records touched or settled. A session is one org's: two orgs' sessions
+that share an id are two states, and nothing one org sends reaches the other's. Keeping all turns of a session together is what amortises
 the per-write cost (a session's events travel in one Kafka record).
 
 * ``seen``: ``event_id -> [ts, offset, index]`` — deduplicates client resends
@@ -100,17 +101,20 @@ class SessionState:
     _load: list[int] | None = field(default=None, repr=False, compare=False)
     _load_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
-    def org(self, live: Callable[[Tombstone], bool], offset: int) -> str | None:
-        """The organisation whose turns the session holds at the record at ``offset``: its open turns' org,
-        else its ``live`` tombstones' (a held one counts for a record it was still done at), else None.
-        Every turn of a session is of one org (the processor refuses others). Like the session limits, it
-        counts live tombstones only, so it never depends on when expired ones happen to be pruned."""
+    org_id: str = ""
+    key: str = field(default="", repr=False, compare=False)  # session_key(org_id, session_id)
+
+    def __post_init__(self) -> None:
+        self.key = session_key(self.org_id, self.session_id)
+
+    def recorded_org(self) -> str | None:
+        """The org named by the turns and tombstones the state holds (None: none names one). For state
+        stored under a key without its org: every turn of such a session was of one org."""
         for turn in self.turns.values():
             return turn.org_id
-        held = (t for at, t in self.held.values() if offset <= at)
-        for tomb in (*self.done.values(), *held):
+        for tomb in (*self.done.values(), *(h[1] for h in self.held.values())):
             row = tomb.outcome if tomb.outcome is not None else tomb.orphan
-            if row is not None and row.get("org_id") is not None and live(tomb):
+            if row is not None and row.get("org_id") is not None:
                 return str(row["org_id"])
         return None
 
@@ -362,7 +366,8 @@ class SessionState:
         return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b"]"))
 
     @classmethod
-    def from_obj(cls, o: list[Any]) -> SessionState:
+    def from_obj(cls, o: list[Any], org_id: str) -> SessionState:
+        """The state ``to_obj`` made, of the session of ``org_id`` (the store key holds it, not ``o``)."""
         turns = [TurnState.from_obj(t) for t in o[2]]
         tomb = Tombstone.from_obj
         return cls(
@@ -373,7 +378,14 @@ class SessionState:
             {k: tomb(v) for k, v in o[4].items()},
             {k: (at, tomb(t)) for k, (at, t) in o[6].items()} if len(o) > 6 else {},
             _seen_min=o[5] if len(o) > 5 else None,
+            org_id=org_id,
         )
+
+
+def session_key(org_id: str, session_id: str) -> str:
+    """The state's identity, ``<org_id><TAB><session_id>``: one-to-one, as neither id may hold a
+    control character (the schema's ``printable`` constraint)."""
+    return f"{org_id}\t{session_id}"
 
 
 def _held_obj(h: tuple[int, Tombstone]) -> list[Any]:
