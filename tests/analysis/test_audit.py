@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rewardflow.analysis.audit import AuditReport, audit_counts, spec_flags
+from rewardflow.analysis.audit import AuditReport, TurnKey, audit_counts, spec_flags, turn_of
 from rewardflow.rewards.spec import RewardSpec, RewardWeights, bundled_specs_dir, load_spec
 from tests.core.feed import CFG, Feed
 from tests.factories import T0, ev, turn
@@ -73,9 +73,9 @@ def feed() -> Feed:
 
 
 def _audit(f: Feed, spec: RewardSpec) -> AuditReport:
-    events: dict[str, list[dict[str, Any]]] = {}
+    events: dict[TurnKey, list[dict[str, Any]]] = {}
     for row in f.total.valid:
-        events.setdefault(row["request_id"], []).append(orjson.loads(row["payload"]))
+        events.setdefault(turn_of(row), []).append(orjson.loads(row["payload"]))
     return audit_counts(spec, f.final(spec.version), dead=f.total.dead, late=f.total.late, excluded=f.total.excluded,
                         valid_events=len(f.total.valid), turn_events=events, cfg=CFG)
 
@@ -119,6 +119,20 @@ def test_broken_call_hole_is_visible_per_checkpoint(feed: Feed) -> None:
     leaky = {c.checkpoint_id: c for c in _audit(feed, LEAKY).checkpoints}["ck-a"]
     assert leaky.hole and leaky.mean_dodge is not None and leaky.mean_clean_failing is not None
     assert leaky.mean_dodge > leaky.mean_clean_failing
+
+
+def test_two_sessions_turns_sharing_a_request_id_are_two_samples() -> None:
+    """A late signal of one session's turn is rescored with that turn's events, not the other session's."""
+    f = Feed(CFG, [V1])
+    f.send(*turn("rq", "s-x", T0, horizons=HZ))
+    f.send(*turn("rq", "s-y", T0 + 1_000, horizons=HZ))
+    f.tick(f.proc.maxts + CFG.settle_ms)
+    f.send(ev("FollowUp", "rq", "s-y", T0 + 4_000, dissatisfied=True))
+    rep = _audit(f, V1)
+    late = next(ln for ln in rep.lines if ln.reason == "late")
+    assert rep.samples == 2 and (late.rows, late.samples) == (1, 1)
+    assert late.rescore is not None and late.rescore.changed == 1
+    assert late.rescore.top[0].delta == pytest.approx(V1.weights.dissatisfied)
 
 
 def test_spec_flags() -> None:

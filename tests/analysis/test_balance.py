@@ -46,7 +46,7 @@ def _inputs(out: Outputs) -> tuple[list[dict[str, Any]], list[Excluded], dict[st
     windows = [dict(w) for w in out.windows]
     items = [*from_exclusions(dict(e) for e in (*out.excluded, *out.late)),
              *from_dead_letters(dict(d) for d in out.dead)]
-    sessions = {str(r["session_id"]): str(r["checkpoint_id"]) for r in out.rewards}
+    sessions = {(str(r["org_id"]), str(r["session_id"])): str(r["checkpoint_id"]) for r in out.rewards}
     return windows, items, sessions
 
 
@@ -111,24 +111,25 @@ def test_a_report_without_exclusion_counts_leaves_the_rule_unevaluated() -> None
 
 
 def test_attribution_prefers_the_rows_own_checkpoint_and_counts_the_rest() -> None:
-    items = [Excluded("late", "ck-a", "s1", "r1", 10), Excluded("orphan", "", "s1", "r2", 10),
-             Excluded("orphan", "", "s-unknown", "r3", 10)]
-    kept, lost = attribute(items, {"s1": "ck-b"})
+    items = [Excluded("late", "ck-a", "o", "s1", "r1", 10), Excluded("orphan", "", "o", "s1", "r2", 10),
+             Excluded("orphan", "", "o", "s-unknown", "r3", 10), Excluded("orphan", "", "other", "s1", "r4", 10)]
+    kept, lost = attribute(items, {("o", "s1"): "ck-b"})
     assert [(x.reason, x.checkpoint_id) for x in kept] == [("late", "ck-a"), ("orphan", "ck-b")]
-    assert lost == Counter({"orphan": 1})
+    assert lost == Counter({"orphan": 2})  # another org's session of the same id is not that session
 
 
 def test_dead_letters_name_their_turn_when_their_json_does_but_never_their_checkpoint() -> None:
     def row(i: int, original: bytes, session: str = "") -> dict[str, Any]:
         return {"dead_letter_id": f"d{i}", "session_id": session, "original_b64": base64.b64encode(original).decode()}
 
-    served = orjson.dumps({"session_id": "s1", "request_id": "r1", "checkpoint_id": "ck-cand", "ts": 5})
+    served = orjson.dumps({"org_id": "o", "session_id": "s1", "request_id": "r1", "checkpoint_id": "ck-cand", "ts": 5})
     got = from_dead_letters([row(1, served), row(2, b"{not json", "s2"), row(3, b"[1, 2]")])
-    assert [(x.checkpoint_id, x.session_id, x.unit, x.ts) for x in got] == [
-        ("", "s1", "r1", 5), ("", "s2", "dl:d2", None), ("", "", "dl:d3", None)]
+    assert [(x.checkpoint_id, x.org_id, x.session_id, x.unit, x.ts) for x in got] == [
+        ("", "o", "s1", "o\ts1\tr1", 5), ("", "", "s2", "dl:d2", None), ("", "", "", "dl:d3", None)]
     # a forged body naming a candidate is charged to the checkpoint its session really has, or to none
-    kept, lost = attribute(got, {"s1": "ck-base"})
-    assert [(x.checkpoint_id, x.unit) for x in kept] == [("ck-base", "r1")] and lost == Counter({"dead_letter": 2})
+    kept, lost = attribute(got, {("o", "s1"): "ck-base"})
+    assert [(x.checkpoint_id, x.unit) for x in kept] == [("ck-base", "o\ts1\tr1")]
+    assert lost == Counter({"dead_letter": 2})
 
 
 def test_rates_test_both_directions_and_respect_min_samples() -> None:

@@ -144,6 +144,16 @@ def test_diff_quantiles_and_empty_inputs() -> None:
     assert d.paired == 0 and d.flip_fraction == 0.0 and d.top == []
 
 
+def test_diff_pairs_rewards_by_turn_so_sessions_sharing_a_request_id_are_two_samples() -> None:
+    def row(session: str, reward: float) -> dict[str, Any]:
+        return {"org_id": "o", "session_id": session, "sample_id": "rq", "spec_version": "v", "checkpoint_id": "c",
+                "provisional": 0, "reward": reward, "components": {"x": reward}}
+
+    d = diff_rewards([row("s1", 1.0), row("s2", -1.0)], [row("s1", 1.0), row("s2", 0.5)])
+    assert (d.paired, d.changed, d.only_old, d.only_new) == (2, 1, 0, 0)
+    assert [(c.session_id, c.delta) for c in d.top] == [("s2", 1.5)]
+
+
 # ---------------------------------------------------------------- CLI against a real engine
 def _cli() -> Any:
     import typer

@@ -29,6 +29,9 @@ horizon). ``hole`` is set when dodges score higher: breaking a call would then
 pay. :func:`spec_flags` checks the weights statically: a dodge scores
 ``tool_broken``, a rejected edit at least ``reject``.
 
+A sample is a turn, (``org_id``, ``session_id``, request id): two sessions' turns that share a
+request id are two samples, and an excluded event counts against its own session's turn.
+
 Contract: pure; inputs are plain rows as stored in ClickHouse.
 """
 
@@ -49,6 +52,13 @@ from rewardflow.core.score import score
 from rewardflow.rewards.spec import RewardSpec
 
 Row = Mapping[str, Any]
+TurnKey = tuple[str, str, str]
+"""A turn: (org_id, session_id, request id)."""
+
+
+def turn_of(row: Row, request_field: str = "request_id") -> TurnKey:
+    """The turn of a stored row: a reward's request id is its ``sample_id``, other rows' their ``request_id``."""
+    return str(row["org_id"]), str(row["session_id"]), str(row[request_field])
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,40 +160,43 @@ def rescore_turn(stored: Row, events: Iterable[Mapping[str, Any]], spec: RewardS
     return score(turn.outcome(hz, hz[-1], provisional=False, wm=int(stored["finalised_wm"]), by="audit"), spec)
 
 
-def _rescore(rows: Sequence[Row], scored: Mapping[str, Row], turn_events: Mapping[str, Sequence[Mapping[str, Any]]],
-             spec: RewardSpec, cfg: JoinConfig) -> tuple[RewardDiff, int, int]:
+def _rescore(rows: Sequence[Row], scored: Mapping[TurnKey, Row],
+             turn_events: Mapping[TurnKey, Sequence[Mapping[str, Any]]], spec: RewardSpec,
+             cfg: JoinConfig) -> tuple[RewardDiff, int, int]:
     """Diff of stored vs rescored-with-``rows`` samples; also (samples touched, samples not rescorable)."""
-    extra: dict[str, list[Mapping[str, Any]]] = {}
+    extra: dict[TurnKey, list[Mapping[str, Any]]] = {}
     for e in rows:
-        extra.setdefault(str(e["request_id"]), []).append(orjson.loads(e["payload"]))
+        extra.setdefault(turn_of(e), []).append(orjson.loads(e["payload"]))
     stored, rescored = [], []
-    for rid, evs in sorted(extra.items()):
-        new = rescore_turn(scored[rid], [*turn_events[rid], *evs], spec, cfg) if rid in scored and rid in turn_events else None
+    for key, evs in sorted(extra.items()):
+        new = rescore_turn(scored[key], [*turn_events[key], *evs], spec, cfg) \
+            if key in scored and key in turn_events else None
         if new is not None:
-            stored.append(scored[rid])
+            stored.append(scored[key])
             rescored.append(new)
     return diff_rewards(stored, rescored), len(extra), len(extra) - len(stored)
 
 
 def audit_counts(spec: RewardSpec, rewards: Sequence[Row], *, dead: Sequence[Row] = (), late: Sequence[Row] = (),
                  excluded: Sequence[Row] = (), valid_events: int = 0,
-                 turn_events: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                 turn_events: Mapping[TurnKey, Sequence[Mapping[str, Any]]] | None = None,
                  cfg: JoinConfig | None = None) -> AuditReport:
     """Audit final ``rewards`` of ``spec`` against the exclusion rows of the same stream.
 
-    ``turn_events`` maps a request id to its stored (valid) event payloads;
+    ``turn_events`` maps a turn (:func:`turn_of`) to its stored (valid) event payloads;
     turns missing from it are counted but not rescored. Late and duplicate
     events are folded in *as if they had been accepted*: a late accept adds
     its weight; a duplicate counts its event a second time.
     """
     cfg, te = cfg or JoinConfig(), turn_events or {}
-    scored: dict[str, Row] = {}
+    scored: dict[TurnKey, Row] = {}
     for r in rewards:  # each sample's latest revision
-        cur = scored.get(str(r["sample_id"]))
+        key = turn_of(r, "sample_id")
+        cur = scored.get(key)
         if not r.get("provisional", 0) and (cur is None or int(r.get("revision") or 0) > int(cur.get("revision") or 0)):
-            scored[str(r["sample_id"])] = r
+            scored[key] = r
     corrected = [int(r.get("revision") or 0) for r in scored.values() if r.get("revision")]
-    orphans = {str(e["request_id"]) for e in excluded if e["reason"] == "orphan"}
+    orphans = {turn_of(e) for e in excluded if e["reason"] == "orphan"}
     total, events = len(scored) + len(orphans), valid_events + len(dead)
     dups = [e for e in excluded if e["reason"] == "duplicate"]
     dup_diff, dup_n, dup_miss = _rescore(dups, scored, te, spec, cfg)

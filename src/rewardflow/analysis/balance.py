@@ -5,12 +5,12 @@ late more often than the baseline's, the two arms are different populations, and
 failing turns vanish looks better than it is. This module counts the turns each checkpoint lost,
 by reason, and tests the difference against the baseline in each window and over the whole run.
 
-* **Units are turns.** An exclusion row names its turn (``request_id``); a dead letter names it when
-  its original JSON does. Several rows of one turn count once per reason. A dead letter whose turn
+* **Units are turns** (``org_id``, ``session_id``, ``request_id``). An exclusion row names its turn;
+  a dead letter names it when its original JSON does. Several rows of one turn count once per reason. A dead letter whose turn
   is unknown (a body that is not JSON, a whole refused record) counts as one unit of its own.
 * **Attribution.** A row the worker attributed (a late event: the checkpoint of its finalised
   turn) keeps its checkpoint; any other takes the checkpoint of its session's scored turns
-  (``sessions``). A dead letter's body is what a producer wrote, refused: its ``checkpoint_id``
+  (``sessions``, by org and session id: two orgs' sessions that share an id are two sessions). A dead letter's body is what a producer wrote, refused: its ``checkpoint_id``
   is never believed, so a forged body cannot charge a checkpoint with exclusions beyond the
   sessions that checkpoint really served. Rows attributable to no checkpoint are counted apart
   (:attr:`Balance.unattributed`), never guessed.
@@ -57,15 +57,21 @@ class Excluded:
 
     reason: str  # one of REASONS
     checkpoint_id: str  # '' when the row does not name it
+    org_id: str  # '' when unknown
     session_id: str
-    unit: str  # the turn (request id), or the row's own id when the turn is unknown
+    unit: str  # the turn (org, session and request id, tab-separated), or the row's own id when the turn is unknown
     ts: int | None  # event time, epoch ms; None when unknown
 
 
 def from_exclusions(rows: Iterable[Mapping[str, Any]]) -> list[Excluded]:
     """``late_events`` rows (duplicates are not exclusions of a turn: their first copy was scored)."""
-    return [Excluded(str(r["reason"]), str(r["checkpoint_id"]), str(r["session_id"]), str(r["request_id"]),
-                     int(r["ts"])) for r in rows if str(r["reason"]) in REASONS]
+    return [Excluded(str(r["reason"]), str(r["checkpoint_id"]), str(r["org_id"]), str(r["session_id"]),
+                     _unit(str(r["org_id"]), str(r["session_id"]), str(r["request_id"])), int(r["ts"]))
+            for r in rows if str(r["reason"]) in REASONS]
+
+
+def _unit(org: str, session: str, request: str) -> str:
+    return f"{org}\t{session}\t{request}"
 
 
 def from_dead_letters(rows: Iterable[Mapping[str, Any]]) -> list[Excluded]:
@@ -74,10 +80,11 @@ def from_dead_letters(rows: Iterable[Mapping[str, Any]]) -> list[Excluded]:
     out = []
     for r in rows:
         doc = _json_object(str(r.get("original_b64") or ""))
-        rid, ts = doc.get("request_id"), doc.get("ts")
+        rid, ts, org = doc.get("request_id"), doc.get("ts"), doc.get("org_id")
+        org = org if isinstance(org, str) else ""
         session = doc.get("session_id") if isinstance(doc.get("session_id"), str) else str(r.get("session_id") or "")
-        unit = rid if isinstance(rid, str) and rid else "dl:" + str(r["dead_letter_id"])
-        out.append(Excluded("dead_letter", "", str(session), unit,
+        unit = _unit(org, str(session), rid) if isinstance(rid, str) and rid else "dl:" + str(r["dead_letter_id"])
+        out.append(Excluded("dead_letter", "", org, str(session), unit,
                             ts if isinstance(ts, int) and not isinstance(ts, bool) else None))
     return out
 
@@ -132,19 +139,20 @@ class Balance:
     unattributed: dict[str, int]  # reason -> rows attributable to no checkpoint
 
 
-def attribute(items: Iterable[Excluded], sessions: Mapping[str, str]) -> tuple[list[Excluded], Counter[str]]:
-    """Items with their checkpoint filled from their session where they lack one; the rest are counted."""
+def attribute(items: Iterable[Excluded], sessions: Mapping[tuple[str, str], str]) -> tuple[list[Excluded], Counter[str]]:
+    """Items with their checkpoint filled from their session ((org, session) -> checkpoint) where they lack
+    one; the rest are counted."""
     kept, lost = [], Counter[str]()
     for x in items:
-        ck = x.checkpoint_id or sessions.get(x.session_id, "")
+        ck = x.checkpoint_id or sessions.get((x.org_id, x.session_id), "")
         if ck:
-            kept.append(x if ck == x.checkpoint_id else Excluded(x.reason, ck, x.session_id, x.unit, x.ts))
+            kept.append(x if ck == x.checkpoint_id else Excluded(x.reason, ck, x.org_id, x.session_id, x.unit, x.ts))
         else:
             lost[x.reason] += 1
     return kept, lost
 
 
-def balance(window_rows: Iterable[Mapping[str, Any]], items: Iterable[Excluded], sessions: Mapping[str, str], *,
+def balance(window_rows: Iterable[Mapping[str, Any]], items: Iterable[Excluded], sessions: Mapping[tuple[str, str], str], *,
             window_s: int, spec_version: str | None = None) -> Balance:
     """Scored turns from the window partials of ``window_s`` under ``spec_version`` (None: the highest present;
     every active spec scores the same turns), excluded turns from ``items``."""

@@ -91,7 +91,7 @@ def fetch_exclusions(settings: Settings) -> list[Any]:
     """Every turn-level exclusion and dead letter, reduced for the balance (:mod:`rewardflow.analysis.balance`)."""
     from rewardflow.analysis.balance import REASONS, from_dead_letters, from_exclusions
 
-    cols = "exclusion_id, reason, checkpoint_id, session_id, request_id, ts"
+    cols = "exclusion_id, reason, checkpoint_id, org_id, session_id, request_id, ts"
     late = _query(settings, f"SELECT {cols} FROM (SELECT {cols} FROM late_events UNION ALL SELECT {cols} FROM exclusions) "
                             "WHERE reason IN {r:Array(String)} LIMIT 1 BY exclusion_id", {"r": list(REASONS)})
     dead = _query(settings, "SELECT dead_letter_id, session_id, original_b64 FROM dead_letters "
@@ -99,15 +99,19 @@ def fetch_exclusions(settings: Settings) -> list[Any]:
     return [*from_exclusions(late.to_pylist()), *from_dead_letters(dead.to_pylist())]
 
 
-def fetch_session_checkpoints(settings: Settings, sessions: Sequence[str]) -> dict[str, str]:
-    """The checkpoint that served most of each session's final rewards (sessions without one are absent)."""
-    out: dict[str, str] = {}
-    wanted = sorted({s for s in sessions if s})
+def fetch_session_checkpoints(settings: Settings, sessions: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The checkpoint that served most of each session's final rewards, by (org, session) (sessions without one
+    are absent)."""
+    out: dict[tuple[str, str], str] = {}
+    pairs = {s for s in sessions if s[1]}
+    wanted = sorted({s[1] for s in pairs})
     for i in range(0, len(wanted), 5_000):
-        rows = _query(settings, "SELECT session_id, topK(1)(checkpoint_id)[1] AS ck FROM rewards "
-                                "WHERE provisional = 0 AND session_id IN {s:Array(String)} GROUP BY session_id",
+        rows = _query(settings, "SELECT org_id, session_id, topK(1)(checkpoint_id)[1] AS ck FROM rewards "
+                                "WHERE provisional = 0 AND session_id IN {s:Array(String)} GROUP BY org_id, session_id",
                       {"s": wanted[i:i + 5_000]})
-        out.update({str(r["session_id"]): str(r["ck"]) for r in rows.to_pylist()})
+        for r in rows.to_pylist():
+            if (key := (str(r["org_id"]), str(r["session_id"]))) in pairs:
+                out[key] = str(r["ck"])
     return out
 
 
@@ -118,16 +122,17 @@ def fetch_balance(settings: Settings, window_rows: Any = (), *, window_s: int = 
     from rewardflow.analysis.balance import balance
 
     items = fetch_exclusions(settings)
-    sessions = fetch_session_checkpoints(settings, [x.session_id for x in items if not x.checkpoint_id])
+    sessions = fetch_session_checkpoints(settings, [(x.org_id, x.session_id) for x in items if not x.checkpoint_id])
     return balance(window_rows, items, sessions, window_s=window_s, spec_version=spec_version)
 
 
 def fetch_corrections(settings: Settings, spec_version: str) -> list[dict[str, Any]]:
-    """Each corrected sample of ``spec_version``: its checkpoint, revisions, and first and latest reward."""
-    sql = ("SELECT sample_id, any(checkpoint_id) AS checkpoint_id, max(revision) AS latest_revision, "
+    """Each corrected sample (turn) of ``spec_version``: its checkpoint, revisions, and first and latest reward."""
+    turn = "org_id, session_id, sample_id"
+    sql = (f"SELECT {turn}, any(checkpoint_id) AS checkpoint_id, max(revision) AS latest_revision, "
            "argMin(reward, revision) AS first_reward, argMax(reward, revision) AS latest_reward "
            "FROM rewards WHERE provisional = 0 AND spec_version = {spec:String} "
-           "GROUP BY sample_id HAVING latest_revision > 0 ORDER BY sample_id")
+           f"GROUP BY {turn} HAVING latest_revision > 0 ORDER BY {turn}")
     rows = _query(settings, sql, {"spec": spec_version}).to_pylist()
     return [{**{k: v for k, v in r.items() if k != "latest_revision"}, "revision": r["latest_revision"]} for r in rows]
 

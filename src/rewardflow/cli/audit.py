@@ -26,16 +26,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rewardflow.analysis.audit import AuditReport, audit_counts
+from rewardflow.analysis.audit import AuditReport, TurnKey, audit_counts, turn_of
 from rewardflow.cli.rewards import fail, open_store
 from rewardflow.core.config import JoinConfig
 from rewardflow.rewards.registry import load_dir, select_active, specs_dir
 from rewardflow.rewards.spec import RewardSpec, SpecError
 from rewardflow.settings import load_settings
 
-REWARD_COLUMNS = ("sample_id", "spec_version", "checkpoint_id", "provisional", "revision", "reward", "components",
+REWARD_COLUMNS = ("org_id", "session_id", "sample_id", "spec_version", "checkpoint_id", "provisional", "revision", "reward", "components",
                   "finalised_wm", "n_edits", "n_tool_broken", "n_tool_error", "n_reject", "n_undo", "n_revert", "n_dissatisfied",
                   "checked", "persisted")
+_TURN = "org_id, session_id, sample_id"  # a sample: one turn, whatever other sessions' request ids are
 
 
 def _spec(version: str | None) -> RewardSpec:
@@ -61,26 +62,30 @@ def _fetch(checkpoint: str | None, spec: RewardSpec) -> dict[str, Any]:
             where += " AND checkpoint_id = {ck:String}"
             params["ck"] = checkpoint
         rewards = store.rows(f"SELECT {', '.join(REWARD_COLUMNS)} FROM rewards WHERE {where} "
-                             "ORDER BY sample_id, revision DESC LIMIT 1 BY sample_id", params)
-        scored = {r["sample_id"] for r in rewards}
-        late = store.rows("SELECT request_id, payload FROM late_events LIMIT 1 BY exclusion_id", {})
-        excluded = store.rows("SELECT reason, request_id, payload FROM exclusions LIMIT 1 BY exclusion_id", {})
+                             f"ORDER BY {_TURN}, revision DESC LIMIT 1 BY {_TURN}", params)
+        scored = {turn_of(r, "sample_id") for r in rewards}
+        late = store.rows("SELECT org_id, session_id, request_id, payload FROM late_events LIMIT 1 BY exclusion_id", {})
+        excluded = store.rows("SELECT reason, org_id, session_id, request_id, payload FROM exclusions "
+                              "LIMIT 1 BY exclusion_id", {})
         if checkpoint:
-            late = [e for e in late if e["request_id"] in scored]
-            excluded = [e for e in excluded if e["reason"] == "orphan" or e["request_id"] in scored]
-        touched = {e["request_id"] for e in late} | {e["request_id"] for e in excluded if e["reason"] == "duplicate"}
-        ids = sorted(touched & scored)
-        turn_events: dict[str, list[Any]] = {}
-        if ids:
-            for r in store.rows("SELECT request_id, payload FROM events WHERE request_id IN {ids:Array(String)} "
-                                "LIMIT 1 BY event_id", {"ids": ids}):
-                turn_events.setdefault(r["request_id"], []).append(orjson.loads(r["payload"]))
+            late = [e for e in late if turn_of(e) in scored]
+            excluded = [e for e in excluded if e["reason"] == "orphan" or turn_of(e) in scored]
+        touched = {turn_of(e) for e in late} | {turn_of(e) for e in excluded if e["reason"] == "duplicate"}
+        turns = touched & scored
+        turn_events: dict[TurnKey, list[Any]] = {}
+        if turns:
+            for r in store.rows("SELECT org_id, session_id, request_id, payload FROM events "
+                                "WHERE request_id IN {ids:Array(String)} LIMIT 1 BY event_id",
+                                {"ids": sorted({t[2] for t in turns})}):
+                if turn_of(r) in turns:
+                    turn_events.setdefault(turn_of(r), []).append(orjson.loads(r["payload"]))
         return {
             "rewards": rewards, "late": late, "excluded": excluded, "turn_events": turn_events,
             "dead": store.rows("SELECT reason_code FROM dead_letters LIMIT 1 BY dead_letter_id", {}),
             "valid_events": int(store.rows("SELECT uniqExact(event_id) AS n FROM events", {})[0]["n"]),
-            "without_events": int(store.rows(f"SELECT uniqExact(sample_id) AS n FROM rewards WHERE {where} AND "
-                                             "sample_id NOT IN (SELECT request_id FROM events)", params)[0]["n"]),
+            "without_events": int(store.rows(
+                f"SELECT uniqExact({_TURN}) AS n FROM rewards WHERE {where} AND "
+                f"({_TURN}) NOT IN (SELECT org_id, session_id, request_id FROM events)", params)[0]["n"]),
         }
 
 

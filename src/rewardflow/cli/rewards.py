@@ -194,7 +194,8 @@ def _event_filter(rng: ReplayRange) -> tuple[str, dict[str, Any]]:
     if not conds:
         return "", {}
     served = " AND ".join(["event_type = 'InferenceServed'", *conds])
-    return f" AND request_id IN (SELECT request_id FROM events WHERE {served})", params
+    return (f" AND (org_id, session_id, request_id) IN (SELECT org_id, session_id, request_id FROM events "
+            f"WHERE {served})", params)
 
 
 def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange, tally: Counter[str]) -> list[RewardRecord]:
@@ -217,8 +218,9 @@ def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange
 def stored_rows(store: Store, version: str, rng: ReplayRange) -> list[dict[str, Any]]:
     conds, params = _range_conds(rng, "served_ts", "checkpoint_id")
     where = " AND ".join(["spec_version = {v:String}", "provisional = 0", *conds])
-    return store.rows("SELECT sample_id, spec_version, checkpoint_id, provisional, reward, components FROM rewards "
-                      f"WHERE {where} ORDER BY sample_id, revision DESC LIMIT 1 BY sample_id", {"v": version, **params})
+    turn = "org_id, session_id, sample_id"
+    return store.rows(f"SELECT {turn}, spec_version, checkpoint_id, provisional, reward, components FROM rewards "
+                      f"WHERE {where} ORDER BY {turn}, revision DESC LIMIT 1 BY {turn}", {"v": version, **params})
 
 
 def _default_against(version: str) -> str | None:
@@ -263,8 +265,8 @@ def replay(
             for i in range(0, len(records), INSERT_ROWS):
                 written += store.insert("rewards", records[i:i + INSERT_ROWS], replay_token(spec_file.spec, rng, i // INSERT_ROWS))
     d = diff_rewards(old, records, top=top)
-    replayed = {r["sample_id"] for r in records}
-    orphaned = len({str(r["sample_id"]) for r in old} - replayed)
+    replayed = {(r["org_id"], r["session_id"], r["sample_id"]) for r in records}
+    orphaned = len({(str(r["org_id"]), str(r["session_id"]), str(r["sample_id"])) for r in old} - replayed)
     if orphaned:
         typer.echo(f"warning: {orphaned:,} stored {against} rewards have no stored events to replay (removed from "
                    "`events` by retention, or never stored); they show as only in the old version", err=True)

@@ -1,10 +1,10 @@
 """What changes when samples are rescored under another spec: a pure reward diff.
 
-:func:`diff_rewards` pairs old and new final reward rows by ``sample_id`` and
-reports the mean and quantile shift, each component's change, the share of
+:func:`diff_rewards` pairs old and new final reward rows by turn (``org_id``,
+``session_id``, ``sample_id``; rows without the first two pair by ``sample_id``) and reports the mean and quantile shift, each component's change, the share of
 samples whose reward changes sign, and the samples that moved most.
 
-Contract: pure, deterministic (ties broken by ``sample_id``); :func:`render_diff`
+Contract: pure, deterministic (ties broken by turn); :func:`render_diff`
 only builds rich tables. Only paired
 samples enter the statistics; unpaired ones are counted in ``only_old`` /
 ``only_new``. Provisional rows (``provisional != 0``) are ignored. The sign of
@@ -45,6 +45,8 @@ class SampleChange:
     checkpoint_id: str
     old: float
     new: float
+    session_id: str = ""
+    org_id: str = ""
 
     @property
     def delta(self) -> float:
@@ -94,8 +96,10 @@ def _sign(x: float) -> int:
     return 0 if abs(x) <= EPS else (1 if x > 0 else -1)
 
 
-def _final(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    return {str(r["sample_id"]): r for r in rows if not r.get("provisional", 0)}
+def _final(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """Final rows by turn: two sessions' turns that share a request id are two samples."""
+    return {(str(r.get("org_id") or ""), str(r.get("session_id") or ""), str(r["sample_id"])): r
+            for r in rows if not r.get("provisional", 0)}
 
 
 def _versions(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -115,8 +119,10 @@ def diff_rewards(old_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mappi
         oc = [float(o["components"].get(name, 0.0)) for o, _ in pairs]
         nc = [float(n["components"].get(name, 0.0)) for _, n in pairs]
         comps.append(ComponentChange(name, _mean(oc), _mean(nc), sum(abs(a - b) > EPS for a, b in zip(oc, nc, strict=True))))
-    moves = [SampleChange(i, str(n["checkpoint_id"]), a, b) for i, (o, n), a, b in zip(ids, pairs, o_vals, n_vals, strict=True)]
-    moved = sorted((m for m in moves if abs(m.delta) > EPS), key=lambda m: (-abs(m.delta), m.sample_id))
+    moves = [SampleChange(i[2], str(n["checkpoint_id"]), a, b, i[1], i[0])
+             for i, (o, n), a, b in zip(ids, pairs, o_vals, n_vals, strict=True)]
+    moved = sorted((m for m in moves if abs(m.delta) > EPS),
+                   key=lambda m: (-abs(m.delta), m.sample_id, m.session_id, m.org_id))
     so, sn = sorted(o_vals), sorted(n_vals)
     return RewardDiff(
         old_version=_versions(old.values()), new_version=_versions(new.values()),
@@ -147,7 +153,7 @@ def render_diff(d: RewardDiff) -> list[Table]:
     comps = Table("component", "mean old", "mean new", "change", "samples changed", title="per component")
     for c in d.components:
         comps.add_row(c.name, f"{c.old_mean:+.4f}", f"{c.new_mean:+.4f}", f"{c.delta:+.4f}", str(c.changed))
-    top = Table("sample", "checkpoint", "old", "new", "change", title=f"top {len(d.top)} samples by |change|")
+    top = Table("sample", "session", "checkpoint", "old", "new", "change", title=f"top {len(d.top)} samples by |change|")
     for s in d.top:
-        top.add_row(s.sample_id, s.checkpoint_id, f"{s.old:+.4f}", f"{s.new:+.4f}", f"{s.delta:+.4f}")
+        top.add_row(s.sample_id, s.session_id, s.checkpoint_id, f"{s.old:+.4f}", f"{s.new:+.4f}", f"{s.delta:+.4f}")
     return [summary, quant, comps, top]
