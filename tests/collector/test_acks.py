@@ -35,7 +35,7 @@ def test_a_request_never_acknowledged_fails_at_its_deadline() -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(KafkaUnavailable, match="did not acknowledge within"):
-            await producer.send({"s1": [{"event_id": "e1"}], "s2": [{"event_id": "e2"}]})
+            await producer.send({"s1": [{"event_id": "e1", "ts": 1}], "s2": [{"event_id": "e2", "ts": 1}]})
         return loop.time() - started
 
     took = asyncio.run(go())
@@ -56,7 +56,7 @@ def test_an_answered_request_succeeds_and_a_late_report_is_ignored() -> None:
                 report(None, None)
 
         acker = asyncio.create_task(ack_soon())
-        await producer.send({"s1": [{"event_id": "e1"}], "s2": [{"event_id": "e2"}]})
+        await producer.send({"s1": [{"event_id": "e1", "ts": 1}], "s2": [{"event_id": "e2", "ts": 1}]})
         await acker
         silent.produced[0](None, None)  # a duplicate report after the request is settled changes nothing
         await asyncio.sleep(0.01)

@@ -148,9 +148,13 @@ def test_a_session_too_large_for_one_record_reaches_kafka_as_records_the_worker_
     with Collector(settings, keys_from_client(ch_db.client), port=0) as collector:
         status, body, _ = post_events(collector.url, secret, events)
         assert status == 202 and body["accepted"] == 10
-        status, body, _ = post_events(collector.url, secret, [ev("FollowUp", "r2", "s2", text_redacted="t" * 5_000)])
-        assert status == 413 and "REWARDFLOW_MAX_RECORD_BYTES" in body["error"]
+        big = [ev("FollowUp", "r2", "s2", text_redacted="t" * 5_000), ev("FollowUp", "r2", "s3", dissatisfied=True)]
+        status, body, _ = post_events(collector.url, secret, big)
+        assert status == 202 and body["accepted"] == 1
+        assert [(r["index"], r["field"]) for r in body["rejected"]] == [(0, "<event>")]
+        assert "REWARDFLOW_MAX_RECORD_BYTES" in body["rejected"][0]["reason"]
     records = [r for rs in read_raw(settings).values() for r in rs]
     assert all(len(r.value) <= 4_096 for r in records) and len(records) >= 4
     landed = [e for r in records for e in decode_record(r.value, r.headers, max_bytes=4_096, max_batch_events=3)]
-    assert [e["event_id"] for e in landed] == [e["event_id"] for e in events]  # all of them, in order, and no s2
+    assert [e["event_id"] for e in landed if e["session_id"] == "s1"] == [e["event_id"] for e in events]  # in order
+    assert {e["session_id"] for e in landed} == {"s1", "s3"}  # and not the oversized s2 event

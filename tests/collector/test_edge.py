@@ -22,7 +22,8 @@ def _doc(events: list[dict[str, Any]], sent_at: int = NOW) -> dict[str, Any]:
 
 
 def _admit(doc: dict[str, Any], org: str = "org", **kw: Any) -> Any:
-    return admit(doc, org, NOW, max_events=kw.pop("max_events", 500), tolerance_ms=kw.pop("tolerance_ms", 1000))
+    return admit(doc, org, NOW, max_events=kw.pop("max_events", 500), tolerance_ms=kw.pop("tolerance_ms", 1000),
+                 max_record_bytes=kw.pop("max_record_bytes", None))
 
 
 def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
@@ -59,6 +60,13 @@ def test_a_partly_bad_request_keeps_its_valid_events_and_names_the_bad_ones() ->
     assert out.accepted == len(good) and [e["event_id"] for e in out.sessions["s1"]] == [e["event_id"] for e in good]
     assert [(r.index, r.field) for r in out.rejected] == [(1, "duration_ms"), (2, "event_type"), (3, "<event>")]
     assert "valid integer" in out.rejected[0].reason
+
+
+def test_an_event_too_large_for_a_record_is_rejected_alone() -> None:
+    events = [ev("FollowUp", "r1", dissatisfied=True), ev("FollowUp", "r1", text_redacted="t" * 3_000)]
+    out = _admit(_doc(events), max_record_bytes=2_000)
+    assert out.accepted == 1 and [(r.index, r.field) for r in out.rejected] == [(1, "<event>")]
+    assert "a record holds at most 2,000 (REWARDFLOW_MAX_RECORD_BYTES)" in out.rejected[0].reason
 
 
 def test_the_key_decides_the_org() -> None:

@@ -42,3 +42,11 @@ def test_an_event_that_alone_is_over_the_byte_limit_is_refused_naming_it() -> No
     events = _events(3) + _events(1, text=2_000)
     with pytest.raises(RecordTooLarge, match=r"event 3 of session 's1' encodes to [\d,]+ bytes; a record holds at most 1,500"):
         session_records(events, 1_500, 500)
+
+
+def test_a_split_session_is_in_event_time_order_so_no_record_holds_an_event_older_than_an_earlier_ones() -> None:
+    events = [ev("FollowUp", "r1", "s1", ts, dissatisfied=False) for ts in (5_000, 1_000, 4_000, 2_000, 3_000, 3_000)]
+    events[5]["event_id"] = "second-at-3000"
+    records = [decode_record(r) for r in session_records(events, 1_000_000, 2)]
+    assert [[e["ts"] for e in r] for r in records] == [[1_000, 2_000], [3_000, 3_000], [4_000, 5_000]]
+    assert records[1][1]["event_id"] == "second-at-3000"  # one ts: the request's order

@@ -151,7 +151,7 @@ class Ingest:
             if n <= s.collect_max_events and (refused := self.admit_rate(key_id, n)) is not None:
                 return refused
             judged = admit(doc, org_id, received_at, max_events=s.collect_max_events,
-                           tolerance_ms=s.collect_clock_tolerance_ms)
+                           tolerance_ms=s.collect_clock_tolerance_ms, max_record_bytes=s.max_record_bytes)
         except Refused as exc:
             return self.refuse(exc.status, str(exc))
         if (failed := await self.produce(judged)) is not None:

@@ -109,8 +109,11 @@ def decode_json(body: bytes, shape: str = "{…}") -> dict[str, Any]:
     return doc
 
 
-def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int, tolerance_ms: int) -> Admitted:
-    """Judge every event of ``doc`` for a key of ``org_id``; raises :class:`Refused` for the whole request."""
+def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int, tolerance_ms: int,
+          max_record_bytes: int | None = None) -> Admitted:
+    """Judge every event of ``doc`` for a key of ``org_id``; raises :class:`Refused` for the whole request.
+    An event that, as the edge produces it, alone encodes to more than ``max_record_bytes`` (a record the
+    worker takes) is rejected with field ``<event>``; the request's other events are kept."""
     events, sent_at = doc.get("events"), doc.get("sent_at")
     unknown = set(doc) - {"events", "sent_at"}
     if unknown:
@@ -132,6 +135,10 @@ def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int
             event = _admit_one(raw, i, org_id, offset, out.redacted)
         except InvalidEvent as exc:
             out.rejected.append(Rejection(i, exc.field, str(exc).split(": ", 1)[-1]))
+            continue
+        if max_record_bytes is not None and (size := len(orjson.dumps(event))) > max_record_bytes:
+            out.rejected.append(Rejection(i, "<event>", f"encodes to {size:,} bytes; a record holds at most "
+                                                        f"{max_record_bytes:,} (REWARDFLOW_MAX_RECORD_BYTES)"))
             continue
         out.sessions.setdefault(event["session_id"], []).append(event)
     return out

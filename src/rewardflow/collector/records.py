@@ -4,12 +4,14 @@ The worker dead-letters a record over ``REWARDFLOW_MAX_RECORD_BYTES`` (``too_lar
 than ``REWARDFLOW_MAX_BATCH_EVENTS`` events (``batch_too_large``), and a request's body limit and
 event limit are set apart from those: a request the edge accepts can hold a session whose events,
 with the ``org_id`` and ``client_ts`` the edge adds, do not fit one record. :func:`session_records`
-splits such a session into consecutive records that fit, in order (one key, so one partition, so
-the worker reads them in that order).
+splits such a session into consecutive records that fit, in event-time order (one key, so one
+partition, so the worker reads them in that order): a later record never holds an event older than
+an earlier one's, so no split makes an event late that one record would have carried in time.
 
 Contract: the records' bytes are what :func:`~rewardflow.events.wire.encode_json` writes for each
 run of events (one event alone as its object, several as ``{"events": [...]}``); every event is in
-exactly one record. Raises :class:`RecordTooLarge`, before anything is produced, for an event that
+exactly one record, the events sorted by ``ts`` (stably: events of one ``ts`` keep the request's
+order). Raises :class:`RecordTooLarge`, before anything is produced, for an event that
 alone encodes to more than ``max_bytes``.
 """
 
@@ -29,7 +31,8 @@ class RecordTooLarge(ValueError):
 
 def session_records(events: Sequence[dict[str, Any]], max_bytes: int, max_events: int) -> list[bytes]:
     """``events`` (one session's, at least one) as the fewest consecutive records of at most
-    ``max_events`` events and ``max_bytes`` bytes each, greedily in order."""
+    ``max_events`` events and ``max_bytes`` bytes each, greedily in event-time order."""
+    events = sorted(events, key=lambda e: e["ts"])
     encoded = [orjson.dumps(e) for e in events]
     records: list[bytes] = []
     run: list[bytes] = []

@@ -64,7 +64,8 @@ async def traces(ingest: Ingest, headers: dict[bytes, bytes], read_body: ReadBod
     if mapped.events:
         try:
             judged = admit({"sent_at": received_at, "events": mapped.events}, org_id, received_at,
-                           max_events=len(mapped.events), tolerance_ms=s.collect_clock_tolerance_ms)
+                           max_events=len(mapped.events), tolerance_ms=s.collect_clock_tolerance_ms,
+                           max_record_bytes=s.max_record_bytes)
         except Refused as exc:
             return ingest.refuse(exc.status, str(exc))
     left_out = mapped.unmapped + Counter(f"invalid:{contract_field(r.field)}" for r in judged.rejected)
