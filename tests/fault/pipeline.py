@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 from rewardflow.kafka import topics as T
 from rewardflow.sink.route import RewardSink
 from rewardflow.demo.worker_proc import ChildProcess, WorkerProcess, settings_env
-from rewardflow.kafka.lag import group_lag
+from rewardflow.kafka.lag import pipeline_lag, sink_group
 from rewardflow.settings import Settings
 from tests.streams.kafka_io import LIBRDKAFKA_LOG
 
@@ -40,10 +40,6 @@ REPO = Path(__file__).resolve().parents[2]
 def release_admin(worker: WorkerProcess) -> None:
     """:meth:`~rewardflow.demo.worker_proc.WorkerProcess.release_admin`: destroy its admin client while the broker is healthy."""
     worker.release_admin()
-
-
-def sink_group(settings: Settings) -> str:
-    return f"{settings.topic_prefix}sink"
 
 
 class SinkThread:
@@ -120,13 +116,8 @@ def read_results(settings: Settings, env: dict[str, str] | None = None) -> dict[
 
 def lags(settings: Settings) -> tuple[int | None, int | None]:
     """(worker lag on the raw topic, sink lag summed over the output topics); None = no answer."""
-    cfg = settings.kafka_client_config()
-    worker = group_lag(cfg, settings.topic("worker"), settings.topic(T.RAW), timeout=5)
-    sink: int | None = 0
-    for name in T.OUTPUT_TOPICS:
-        lag = group_lag(cfg, sink_group(settings), settings.topic(name), timeout=5)
-        sink = None if lag is None or sink is None else sink + lag
-    return worker, sink
+    lag = pipeline_lag(settings)
+    return lag.worker, lag.sink
 
 
 def wait_drained(settings: Settings, timeout: float, alive: Callable[[], Any] | None = None) -> float:

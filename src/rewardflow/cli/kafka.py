@@ -1,4 +1,5 @@
-"""``rewardflow kafka up | down | status``: the project's local Apache Kafka broker.
+"""``rewardflow kafka up | down | status``: the project's local Apache Kafka broker; ``rewardflow kafka lag``:
+whether the pipeline has drained, on any Kafka.
 
 The broker listens on the port of ``REWARDFLOW_KAFKA_BOOTSTRAP`` when that is one loopback
 address (default ``127.0.0.1:19092``), its controller on the next port. Options override settings
@@ -13,17 +14,19 @@ whole. User-fixable failures print one line on stderr and exit with code 2.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from rich.console import Console
 
 from rewardflow.kafka_local import KAFKA_VERSION, BrokerInfo, KafkaLocalError, LocalBroker
 from rewardflow.kafka_local.admin import metadata_ready
 from rewardflow.kafka_local.cluster import LocalCluster
-from rewardflow.settings import load_settings
+from rewardflow.settings import LIBRDKAFKA_LOG, load_settings
 
 app = typer.Typer(
     help=f"Run a real local Apache Kafka {KAFKA_VERSION} broker (KRaft, 127.0.0.1 only).",
@@ -166,3 +169,39 @@ def status(port: PortOpt = None, home: HomeOpt = None) -> None:
     answers = "answers metadata" if metadata_ready(info.bootstrap, timeout=2.0) else "NOT answering metadata yet"
     typer.echo(f"Kafka is running ({answers})")
     _describe(info)
+
+
+@app.command()
+def lag(
+    wait: Annotated[float, typer.Option("--wait", min=0, help="Wait up to this many seconds for the pipeline to "
+                                        "drain (0: report once).")] = 0.0,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for Kafka's answer.")] = 5.0,
+) -> None:
+    """Records the workers and the sink have not committed yet, on the configured Kafka (any cluster, not only
+    the local one). Exit code 0 when drained (both 0), 1 when not, 2 when Kafka does not answer."""
+    from rewardflow.kafka import topics
+    from rewardflow.kafka.lag import PipelineLag, pipeline_lag, sink_group  # (loads confluent-kafka: here only)
+
+    settings = load_settings()
+    LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)  # a broker that does not answer is this command's one-line error
+    deadline = time.monotonic() + wait
+    seen: PipelineLag = pipeline_lag(settings, timeout)
+    zero = 1 if seen.drained else 0
+    with Console(stderr=True).status("") as spinner:
+        while wait and zero < 2 and time.monotonic() < deadline:  # (drained twice in a row: nothing in between)
+            spinner.update(f"waiting for the pipeline to drain: workers {_n(seen.worker)}, sink {_n(seen.sink)} "
+                           f"records behind")
+            time.sleep(1.0)
+            seen = pipeline_lag(settings, timeout)
+            zero = zero + 1 if seen.drained else 0
+    typer.echo(f"workers  {_n(seen.worker)} records behind on {settings.topic(topics.RAW)} "
+               f"(group {settings.topic('worker')})")
+    typer.echo(f"sink     {_n(seen.sink)} records behind on the output topics (group {sink_group(settings)})")
+    if seen.worker is None or seen.sink is None:
+        typer.echo(f"error: Kafka at {settings.kafka_bootstrap} did not answer", err=True)
+        raise typer.Exit(2)
+    raise typer.Exit(0 if seen.drained else 1)
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"

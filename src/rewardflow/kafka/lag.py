@@ -1,14 +1,54 @@
-"""Consumer-group lag of a topic: high watermarks minus committed offsets.
+"""Consumer-group lag of a topic: high watermarks minus committed offsets; and the pipeline's.
 
-Contract: blocks up to ``timeout`` seconds; returns None when the broker does
+The pipeline is drained when the workers' group has committed every raw record and the sink's group
+every output record: nothing sent is still on its way to the tables.
+
+Contract: blocks up to ``timeout`` seconds a call; returns None when the broker does
 not answer (never raises for a transient Kafka error).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from rewardflow.kafka import topics as T
+
+if TYPE_CHECKING:
+    from rewardflow.settings import Settings
+
+
+def sink_group(settings: Settings) -> str:
+    """The sink's consumer group."""
+    return f"{settings.topic_prefix}sink"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineLag:
+    """Records not yet committed: the workers' on the raw topic, the sink's over the output topics
+    (None: Kafka did not answer)."""
+
+    worker: int | None
+    sink: int | None
+
+    @property
+    def drained(self) -> bool:
+        return self.worker == 0 and self.sink == 0
+
+
+def pipeline_lag(settings: Settings, timeout: float = 5.0) -> PipelineLag:
+    """The workers' and the sink's lag under ``settings``."""
+    cfg = settings.kafka_client_config()
+    worker = group_lag(cfg, settings.topic("worker"), settings.topic(T.RAW), timeout=timeout)
+    if worker is None:  # no answer: not asked again for each output topic
+        return PipelineLag(None, None)
+    sink: int | None = 0
+    for name in T.OUTPUT_TOPICS:
+        lag = group_lag(cfg, sink_group(settings), settings.topic(name), timeout=timeout)
+        sink = None if lag is None or sink is None else sink + lag
+    return PipelineLag(worker, sink)
 
 
 def group_lag(kafka_config: dict[str, Any], group: str, topic: str, timeout: float = 2.0) -> int | None:

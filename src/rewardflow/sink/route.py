@@ -56,6 +56,7 @@ from rewardflow.sink.metrics import SinkMetrics
 from rewardflow.sink.decode import MessageRejected, line_from_message
 from rewardflow.sink.flush import Flusher
 from rewardflow.sink.config import consumer_config, resolve_topics, topic_ids
+from rewardflow.kafka.lag import sink_group
 from rewardflow.sink.writer import Fault
 from rewardflow.settings import Settings
 
@@ -90,7 +91,7 @@ class RewardSink:
         self.dsn = as_dsn(settings.dsn).with_database(database)
         self.topics = resolve_topics(settings, topics)
         self.metrics = SinkMetrics()
-        config = consumer_config(settings, group_id or f"{settings.topic_prefix}sink", consumer_overrides)
+        config = consumer_config(settings, group_id or sink_group(settings), consumer_overrides)
         if self.dsn.embedded and self.dsn.path is not None:
             owner = probe_engine(self.dsn.path)
             if owner is not None and not owner.this_process:
