@@ -375,6 +375,57 @@ def test_state_stored_under_the_session_id_alone_is_taken_as_its_orgs_and_moved_
     assert not [k for k in again.store.data if k.startswith("s:") and "\t" not in k]
 
 
+class _Changelog(EncodedStore):
+    """An encoded store that keeps its writes in order, as the changelog receives them."""
+
+    def __init__(self, data: dict[str, bytes]) -> None:
+        super().__init__(check=False)
+        self.data, self.log = dict(data), list[tuple[str, bytes | None]]()
+
+    def put_json(self, key: str, value: Any, data: bytes) -> None:
+        super().put_json(key, value, data)
+        self.log.append((key, data))
+
+    def put(self, key: str, value: Any) -> None:
+        super().put(key, value)
+        self.log.append((key, self.data[key]))
+
+    def delete(self, key: str) -> None:
+        super().delete(key)
+        self.log.append((key, None))
+
+
+def test_a_restart_after_any_prefix_of_the_moving_batchs_writes_keeps_the_sessions_turn() -> None:
+    events = _as("org-a", turn("r1", "s1", T0, horizons=HZ))
+    whole = Broker()
+    for e in events:
+        whole.send(T0 + 130_000, e)
+    whole.tick(T0 + 400_000, T0 + 400_000)
+    first = Broker()
+    for e in events[:3]:
+        first.send(T0 + 130_000, e)
+    _unkey(first.store)
+    moving = Broker(store=_Changelog(first.store.data))  # the first batch of the new build: it moves the state
+    moving.offset = first.offset
+    moving.send(T0 + 130_000, events[3])
+    log = moving.store.log
+    assert ("s:s1", None) in log
+    for n in range(len(log) + 1):  # the changelog kept the first n writes, then the worker died
+        kept = EncodedStore(check=False)
+        kept.data = dict(first.store.data)
+        for key, value in log[:n]:
+            if value is None:
+                kept.data.pop(key, None)
+            else:
+                kept.data[key] = value
+        again = Broker(store=kept)
+        again.offset = first.offset  # the batch was not committed: it is read again
+        for e in events[3:]:
+            again.send(T0 + 130_000, e)
+        again.tick(T0 + 400_000, T0 + 400_000)
+        assert _of(again, "org-a") == _of(whole, "org-a"), log[:n]
+
+
 def test_stored_state_without_an_org_to_take_it_is_dropped() -> None:
     b = Broker()
     b.send(T0, *_as("org-a", [ev("InferenceServed", "r1", "s1", T0)]))

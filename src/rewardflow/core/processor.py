@@ -77,7 +77,7 @@ class PartitionProcessor:
         self.last_event_wall, self.ready = 0, False
         self.book = WindowBook(list(cfg.window_sizes_s), partition)
         self._wakeups = Wakeups()
-        # (session id, request id) of an open served turn -> its served ts (request ids need not be unique
+        # (session key, request id) of an open served turn -> its served ts (request ids need not be unique
         # across sessions: one session's turn settling must not free the windows another's still needs)
         self._open_served: dict[tuple[str, str], int] = {}
         self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
@@ -86,7 +86,7 @@ class PartitionProcessor:
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
-        # session id -> (the value last written for it, the state it was written from): the next batch
+        # session key -> (the value last written for it, the state it was written from): the next batch
         # takes that state back instead of decoding the value, while the store still returns that very
         # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it)
         self._states: dict[str, tuple[Any, SessionState]] = {}
@@ -409,12 +409,10 @@ class PartitionProcessor:
 
     def _write(self, cache: dict[str, SessionState], committed: int | None) -> None:
         store, put_json, states, unkeyed = self.store, self._put_json, self._states, self._unkeyed
-        for old in self._dropped:
-            store.delete(old)
-        self._dropped = []
+        # state stored under the session id alone goes once its session's state is written under its own key
+        # (a restart that kept a prefix of these writes finds it beside that key, and drops it then)
+        moved = [unkeyed.pop(key) for key in cache if key in unkeyed] if unkeyed else []
         for key, st in cache.items():
-            if unkeyed and key in unkeyed:  # now written under its key with the org
-                store.delete(unkeyed.pop(key))
             if st.is_empty():
                 store.delete("s:" + key)
                 continue
@@ -424,6 +422,9 @@ class PartitionProcessor:
             else:
                 store.put("s:" + key, obj)
             states[key] = (obj, st)
+        for old in (*moved, *self._dropped):
+            store.delete(old)
+        self._dropped = []
         while len(states) > self.cfg.state_cache:
             del states[next(iter(states))]  # the least recently written
         # Each window close is kept under its own keys until the source commit passes it, so a

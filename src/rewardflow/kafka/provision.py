@@ -44,7 +44,7 @@ def dead_letter_record_limit(settings: Settings) -> int:
 
 def state_record_limit(settings: Settings) -> int:
     """``max.message.bytes`` of the worker's state changelog: the largest session state the session
-    limits allow (:data:`~rewardflow.core.session.TURN_BYTES` per turn, ``EVENT_BYTES`` per event),
+    limits allow (:data:`~rewardflow.core.limits.TURN_BYTES` per turn, ``EVENT_BYTES`` per event),
     and never below twice the largest raw record."""
     need = settings.max_session_turns * TURN_BYTES + settings.max_session_events * EVENT_BYTES + _SLACK
     return max(2 * settings.max_record_bytes, need)
