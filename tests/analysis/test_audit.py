@@ -204,3 +204,38 @@ def test_corrections_are_counted_beside_the_exclusions() -> None:
     assert rep.samples == N_TURNS + DODGES + ORPHANS  # a corrected turn is one sample, counted with its latest revision
     latest = {r["sample_id"]: r for r in f.final("v1") if r["revision"]}
     assert latest["r12"]["n_dissatisfied"] == 1 and latest["r10"]["n_accept"] == 2
+
+
+@pytest.mark.clickhouse
+def test_cli_audit_keeps_two_orgs_turns_whose_event_ids_coincide(ch_db: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Any) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from rewardflow.cli import audit
+    from rewardflow.cli.rewards import Store
+
+    f = Feed(CFG, [V1])
+    for org, action in (("org-a", "accept"), ("org-b", "reject")):  # event ids e0, e1, ... in both
+        events = [{**e, "org_id": org, "event_id": f"e{i}"} for i, e in enumerate(turn("rq", "s1", T0, horizons=HZ))]
+        f.send(*[e | {"action": action} if e["event_type"] == "UserAction" else e for e in events])
+    f.tick(f.proc.maxts + CFG.settle_ms)
+    f.send({**ev("FollowUp", "rq", "s1", T0 + 3_000, dissatisfied=True), "org_id": "org-b"})  # late: org-b's turn
+    assert len(f.total.late) == 1
+    for k, v in {"REWARDFLOW_CLICKHOUSE_DSN": ch_db.dsn.secret, "REWARDFLOW_HOME": str(tmp_path),
+                 "REWARDFLOW_HORIZONS_S": "[30, 120]", "REWARDFLOW_GRACE_MS": "1000",
+                 "REWARDFLOW_MAX_CLOCK_SKEW_MS": "500", "REWARDFLOW_ALLOWED_LATENESS_MS": "500"}.items():
+        monkeypatch.setenv(k, v)
+    store = Store(None, ch_db.client)
+    for table, rows in (("events", f.total.valid), ("rewards", f.total.rewards), ("late_events", f.total.late)):
+        store.insert(table, rows, f"t-{table}")
+    app = typer.Typer()
+    app.command("audit")(audit.command)
+    app.command("other")(lambda: None)
+    res = CliRunner().invoke(app, ["audit", "--spec", "v1", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = orjson.loads(res.stdout)
+    late = next(ln for ln in doc["lines"] if ln["reason"] == "late")["rescore"]
+    pure = next(ln for ln in _audit(f, V1).lines if ln.reason == "late").rescore
+    assert pure is not None and (late["paired"], late["changed"]) == (pure.paired, pure.changed) == (1, 1)
+    assert doc["events"] == len(f.total.valid) + len(f.total.dead)

@@ -20,7 +20,7 @@ from rewardflow.rewards.spec import bundled_specs_dir, load_spec
 from rewardflow.sim.profiles import baseline_profile
 from rewardflow.sim.turns import SessionContext, draft_turn
 from tests.core.feed import Feed
-from tests.factories import T0, ev
+from tests.factories import T0, ev, turn
 
 CFG = JoinConfig()
 V1 = load_spec(bundled_specs_dir() / "v1.toml")
@@ -129,13 +129,14 @@ def test_replay_range_and_token() -> None:
 
 
 def test_records_are_regrouped_by_partition_and_offset() -> None:
-    rows = [{"source_partition": 1, "source_offset": 5, "event_id": "b", "payload": '{"event_id":"b","ts":2}'},
-            {"source_partition": 0, "source_offset": 9, "event_id": "c", "payload": '{"event_id":"c","ts":1}'},
-            {"source_partition": 1, "source_offset": 5, "event_id": "a", "payload": '{"event_id":"a","ts":3}'},
-            {"source_partition": 1, "source_offset": 2, "event_id": "d", "payload": '{"event_id":"d","ts":9}'}]
+    def row(p: int, off: int, eid: str, ts: int, org: str = "o") -> dict[str, Any]:
+        return {"source_partition": p, "source_offset": off, "org_id": org, "session_id": "s", "request_id": "r",
+                "event_id": eid, "payload": orjson.dumps({"event_id": eid, "ts": ts, "org_id": org}).decode()}
+
+    rows = [row(1, 5, "b", 2), row(0, 9, "c", 1), row(1, 5, "a", 3), row(1, 2, "d", 9), row(1, 5, "b", 4, "o2")]
     grouped = records_by_partition(rows + rows[:1])
-    assert [(o, [e["event_id"] for e in evs]) for o, evs in grouped[1]] == [(2, ["d"]), (5, ["b", "a"])]
-    assert list(grouped) == [0, 1]
+    assert [(o, [e["event_id"] for e in evs]) for o, evs in grouped[1]] == [(2, ["d"]), (5, ["b", "a", "b"])]
+    assert list(grouped) == [0, 1]  # the row sent twice is one event; another org's event of the same id is not
 
 
 def test_diff_quantiles_and_empty_inputs() -> None:
@@ -194,6 +195,22 @@ def test_cli_replay_is_idempotent_and_refuses_a_changed_spec(ch_db: Any, monkeyp
     assert res.exit_code == 2 and "can never change" in res.output
     res = runner.invoke(_cli(), ["rewards", "check"])
     assert res.exit_code == 0 and "ok: " in res.output
+
+
+@pytest.mark.clickhouse
+def test_replay_keeps_two_orgs_events_that_share_a_session_and_event_ids(ch_db: Any) -> None:
+    from rewardflow.cli.rewards import Store, run_replay
+
+    f = Feed(CFG, [V1])
+    for org, at in (("org-a", T0), ("org-b", T0 + 10)):
+        f.send(*[{**e, "org_id": org, "event_id": f"e{i}"} for i, e in enumerate(turn("r1", "s1", at))])
+    f.tick(f.proc.maxts + CFG.settle_ms)
+    stream = {(r["org_id"], r["sample_id"]): r["reward"] for r in f.final("v1")}
+    Store(None, ch_db.client).insert("events", f.total.valid, "t-events")
+    tally: Counter[str] = Counter()
+    replayed = run_replay(Store(None, ch_db.client), V1, CFG, ReplayRange(), tally)
+    assert len(stream) == 2 and {(r["org_id"], r["sample_id"]): r["reward"] for r in replayed} == stream
+    assert not tally
 
 
 @pytest.mark.clickhouse

@@ -75,14 +75,16 @@ def _fetch(checkpoint: str | None, spec: RewardSpec) -> dict[str, Any]:
         turn_events: dict[TurnKey, list[Any]] = {}
         if turns:
             for r in store.rows("SELECT org_id, session_id, request_id, payload FROM events "
-                                "WHERE request_id IN {ids:Array(String)} LIMIT 1 BY event_id",
+                                "WHERE request_id IN {ids:Array(String)} "
+                                "LIMIT 1 BY org_id, session_id, request_id, event_id",
                                 {"ids": sorted({t[2] for t in turns})}):
                 if turn_of(r) in turns:
                     turn_events.setdefault(turn_of(r), []).append(orjson.loads(r["payload"]))
         return {
             "rewards": rewards, "late": late, "excluded": excluded, "turn_events": turn_events,
             "dead": store.rows("SELECT reason_code FROM dead_letters LIMIT 1 BY dead_letter_id", {}),
-            "valid_events": int(store.rows("SELECT uniqExact(event_id) AS n FROM events", {})[0]["n"]),
+            "valid_events": int(store.rows("SELECT uniqExact(org_id, session_id, request_id, event_id) AS n "
+                                           "FROM events", {})[0]["n"]),
             "without_events": int(store.rows(
                 f"SELECT uniqExact({_TURN}) AS n FROM rewards WHERE {where} AND "
                 f"({_TURN}) NOT IN (SELECT org_id, session_id, request_id FROM events)", params)[0]["n"]),

@@ -198,6 +198,9 @@ def _event_filter(rng: ReplayRange) -> tuple[str, dict[str, Any]]:
             f"WHERE {served})", params)
 
 
+_EVENT = "org_id, session_id, request_id, event_id"  # an event, as the events table keys it
+
+
 def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange, tally: Counter[str]) -> list[RewardRecord]:
     """Replay every partition's stored events (one partition in memory at a time), with a progress bar."""
     cond, params = _event_filter(rng)
@@ -208,8 +211,9 @@ def run_replay(store: Store, spec: RewardSpec, cfg: JoinConfig, rng: ReplayRange
         task = bar.add_task(f"replaying {spec.version}", total=total)
         for p in parts:
             rows = store.rows(
-                "SELECT event_id, source_partition, source_offset, payload FROM events "
-                f"WHERE source_partition = {{p:UInt32}}{cond} ORDER BY source_offset LIMIT 1 BY event_id", {**params, "p": p})
+                f"SELECT {_EVENT}, source_partition, source_offset, payload FROM events "
+                f"WHERE source_partition = {{p:UInt32}}{cond} ORDER BY source_offset LIMIT 1 BY {_EVENT}",
+                {**params, "p": p})
             records = records_by_partition(rows).get(p, [])
             out.extend(replay_partition(records, spec, cfg, p, lambda n: bar.advance(task, n), tally))
     return in_range(out, rng)

@@ -37,13 +37,14 @@ RETRAIN_PERIOD_MS = 5 * 3_600_000
 
 COUNT_SQL = """
 SELECT
-  (SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0 AND spec_version = {spec:String}) AS finalised,
+  (SELECT uniqExact(org_id, session_id, sample_id) FROM rewards
+   WHERE provisional = 0 AND spec_version = {spec:String}) AS finalised,
   (SELECT uniqExact(exclusion_id) FROM exclusions WHERE reason = 'orphan') AS orphans,
   (SELECT uniqExact(exclusion_id) FROM exclusions WHERE reason = 'duplicate') AS duplicates,
   (SELECT uniqExact(exclusion_id) FROM late_events) AS late,
   (SELECT uniqExact(dead_letter_id) FROM dead_letters) AS dead_letters,
-  (SELECT uniqExact(event_id) FROM events) AS events,
-  (SELECT uniqExact(sample_id) FROM rewards WHERE provisional = 0 AND spec_version = {spec:String}
+  (SELECT uniqExact(org_id, session_id, request_id, event_id) FROM events) AS events,
+  (SELECT uniqExact(org_id, session_id, sample_id) FROM rewards WHERE provisional = 0 AND spec_version = {spec:String}
    AND revision > 0) AS corrected
 """
 

@@ -15,8 +15,7 @@ Contracts:
 
 * :func:`replay_events` is pure and deterministic: the same rows (in any
   order, duplicated rows included) give the same records in the same order.
-  Only final records (``provisional == 0``) are returned; reward ids are
-  ``stable_id(spec.version, request_id, 'final')``, as the stream's.
+  Only final records (``provisional == 0``) are returned, with the stream's reward ids.
 * Turns finalised by the closing tick carry ``finalised_by = 'replay'``.
 * :func:`replay_token` names a replay run (spec version, content hash and
   range); writing with it as ``insert_deduplication_token`` makes a second
@@ -64,14 +63,17 @@ def replay_token(spec: RewardSpec, rng: ReplayRange, part: int = 0) -> str:
 
 
 def records_by_partition(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[int, list[dict[str, Any]]]]]:
-    """partition → [(offset, events of that record)], offsets ascending, duplicates dropped.
+    """partition → [(offset, events of that record)], offsets ascending, duplicates dropped (a row is an
+    event by the table's key: org, session, request and event id).
 
     Events of one record are ordered by ``(ts, event_id)``: the table does not
     keep the in-record index, and the join is order-independent within a record.
     """
-    unique: dict[tuple[int, int, str], Mapping[str, Any]] = {}
+    unique: dict[tuple[int, int, str, str, str, str], Mapping[str, Any]] = {}
     for r in rows:
-        unique.setdefault((int(r["source_partition"]), int(r["source_offset"]), str(r["event_id"])), r)
+        key = (int(r["source_partition"]), int(r["source_offset"]), str(r["org_id"]), str(r["session_id"]),
+               str(r["request_id"]), str(r["event_id"]))
+        unique.setdefault(key, r)
     out: dict[int, list[tuple[int, list[dict[str, Any]]]]] = {}
     for (part, off), grp in groupby(sorted(unique.items(), key=lambda kv: kv[0]), key=lambda kv: kv[0][:2]):
         events = [orjson.loads(r["payload"]) for _, r in grp]
