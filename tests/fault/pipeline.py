@@ -115,8 +115,8 @@ def read_results(settings: Settings, env: dict[str, str] | None = None) -> dict[
 
 
 def lags(settings: Settings) -> tuple[int | None, int | None]:
-    """(worker lag on the raw topic, sink lag summed over the output topics); None = no answer."""
-    lag = pipeline_lag(settings)
+    """(worker lag on the raw topic, ticks included, sink lag summed over the output topics); None = no answer."""
+    lag = pipeline_lag(settings, skip_ticks=False)
     return lag.worker, lag.sink
 
 

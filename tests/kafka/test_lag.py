@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 from typer.testing import CliRunner
 
 from rewardflow.cli.main import app
+from rewardflow.core.ticks import TICK_HEADERS
 from rewardflow.kafka import topics as T
 from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings
@@ -30,8 +31,14 @@ def test_lag_reports_the_records_no_worker_committed_and_exits_by_whether_the_pi
     assert res.exit_code == 0, res.output
     assert "workers  0 records behind" in res.stdout and "sink     0 records behind" in res.stdout
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for p in range(2):  # the ticks workers write to idle partitions are not records to drain
+        producer.produce(settings.topic(T.RAW), b"{}", partition=p, headers=TICK_HEADERS)
+    assert producer.flush(30) == 0
+    res = runner.invoke(app, ["kafka", "lag"], env=env)
+    assert res.exit_code == 0 and "workers  0 records behind" in res.stdout, res.output
     for i in range(3):
         producer.produce(settings.topic(T.RAW), b"{}", f"s{i}".encode())
+    producer.produce(settings.topic(T.RAW), b"{}", partition=0, headers=TICK_HEADERS)
     assert producer.flush(30) == 0
     res = runner.invoke(app, ["kafka", "lag", "--wait", "1"], env=env)
     assert res.exit_code == 1 and "workers  3 records behind" in res.stdout, res.output
