@@ -55,3 +55,25 @@ def test_an_exclusion_takes_the_checkpoint_of_its_own_orgs_session(ch_db: Any, m
     monkeypatch.setenv("REWARDFLOW_HOME", str(tmp_path))
     overall = fetch_balance(load_settings()).overall
     assert set(overall) == {"ck-b"} and overall["ck-b"].units["orphan"] == {"org-b\ts1\tlost"}
+
+
+@pytest.mark.clickhouse
+def test_exclusions_are_read_by_event_time_when_a_range_is_given(ch_db: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Any) -> None:
+    from rewardflow.analysis.source import fetch_exclusions
+    from rewardflow.cli.rewards import Store
+
+    f = Feed(CFG, [V1])
+    for i in range(3):  # orphans a minute apart, and a dead letter dated in the middle
+        f.send(ev("ToolCall", f"lost{i}", f"s{i}", T0 + i * 60_000, call_id="c"))
+    f.send({**ev("FollowUp", "r9", "s9", T0 + 60_000), "dissatisfied": "very"})  # invalid: dead-lettered
+    f.record(b"not json", [])  # no event time: outside any range
+    f.tick(f.proc.maxts + CFG.settle_ms)
+    store = Store(None, ch_db.client)
+    store.insert("exclusions", f.total.excluded, "t-exclusions")
+    store.insert("dead_letters", f.total.dead, "t-dead")
+    monkeypatch.setenv("REWARDFLOW_CLICKHOUSE_DSN", ch_db.dsn.secret)
+    monkeypatch.setenv("REWARDFLOW_HOME", str(tmp_path))
+    assert len(fetch_exclusions(load_settings())) == 5
+    got = fetch_exclusions(load_settings(), (T0 + 30_000, T0 + 90_000))
+    assert sorted((x.reason, x.ts) for x in got) == [("dead_letter", T0 + 60_000), ("orphan", T0 + 60_000)]

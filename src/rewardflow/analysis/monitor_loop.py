@@ -1,11 +1,17 @@
 """Live Goodhart monitoring inside ``rewardflow run``.
 
-Every ``interval`` seconds the loop reads the window partials from ClickHouse,
-keeps the windows every reporting partition has moved past (see
-:func:`closed_rows`), evaluates the monitors of
+Every ``interval`` seconds the loop evaluates the windows that closed since its last round (a window is
+closed once every partition that reported for its size has reported a later one:
+:func:`~rewardflow.analysis.source.fetch_window_horizons`), with the monitors of
 :mod:`rewardflow.analysis.goodhart` and, given a baseline, the exclusion balance of
 :mod:`rewardflow.analysis.balance` (largest window size), and publishes alerts it has not published
 before to the ``alerts`` topic (the sink writes them to the ``alerts`` table).
+
+What a round reads is bounded by the settings, not by the history stored: the windows closed since the last
+round, and the correction window before them (a corrected turn changes its windows' partials for that long),
+in chunks of :data:`CHUNK_WINDOWS` windows, each with the trailing windows its baseline needs. A fresh loop
+starts :data:`FIRST_LOOKBACK_WINDOWS` windows before the horizon; ``rewardflow alerts`` evaluates the
+whole history on demand.
 
 Contract: a daemon thread; any error is logged and retried next round, never
 raised. Alert ids are deterministic, so a restart republishing an alert only
@@ -16,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from rewardflow.kafka import topics as T
@@ -24,23 +31,19 @@ from rewardflow.settings import Settings
 
 log = logging.getLogger("rewardflow.monitor")
 
+CHUNK_WINDOWS = 288
+"""Windows of one size evaluated per read (a day of 5-minute windows), so a round after a long backlog reads
+in bounded pieces."""
+FIRST_LOOKBACK_WINDOWS = 24
+"""Windows before the horizon (besides the correction window) a fresh loop evaluates."""
 
-def closed_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Partials of windows that every partition seen for that size has closed a later window after.
 
-    A partition emits a window's partial only once it closed it; when each
-    partition that ever reported for a size has reported a later window, no
-    partial of the earlier window can still be missing.
-    """
-    rows = list(rows)
-    latest: dict[tuple[int, int], int] = {}
-    for r in rows:
-        k = (int(r["window_size_s"]), int(r["source_partition"]))
-        latest[k] = max(latest.get(k, -1), int(r["window_start"]))
-    horizon: dict[int, int] = {}
-    for (size, _), start in latest.items():
-        horizon[size] = min(horizon.get(size, start), start)
-    return [r for r in rows if int(r["window_start"]) < horizon[int(r["window_size_s"])]]
+def chunks(lo: int, hi: int, size_ms: int, n: int = CHUNK_WINDOWS) -> Iterator[tuple[int, int]]:
+    """``[lo, hi)`` as consecutive ranges of at most ``n`` windows of ``size_ms``."""
+    step = n * size_ms
+    while lo < hi:
+        yield lo, min(lo + step, hi)
+        lo += step
 
 
 class MonitorLoop(threading.Thread):
@@ -50,7 +53,8 @@ class MonitorLoop(threading.Thread):
         super().__init__(name="rewardflow-monitor", daemon=True)
         self.settings, self.baseline, self.interval = settings, baseline, interval
         self.stopped = threading.Event()
-        self.published: set[str] = set()
+        self.published: dict[str, int] = {}  # alert id -> its window start, while it can be raised again
+        self.through: dict[int, int] = {}  # window size (s) -> horizon of the windows evaluated so far
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -59,38 +63,69 @@ class MonitorLoop(threading.Thread):
             except Exception as exc:  # keep monitoring; the next round retries
                 log.warning("monitor round failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
 
+    def span(self, size_s: int, horizon: int) -> tuple[int, int]:
+        """The window starts ``[lo, horizon)`` a round evaluates for ``size_s``."""
+        size_ms = size_s * 1000
+        done = self.through.get(size_s, horizon - FIRST_LOOKBACK_WINDOWS * size_ms)
+        lo = min(done, horizon) - self.settings.correction_window_ms
+        return lo - lo % size_ms, horizon
+
     def round(self) -> int:
         """One evaluation; returns the number of new alerts published."""
         from confluent_kafka import Producer
 
-        from rewardflow.analysis.goodhart import MonitorConfig, alert_messages, evaluate_windows
-        from rewardflow.analysis.source import fetch_windows_all
+        from rewardflow.analysis.source import fetch_window_horizons
 
-        rows = closed_rows(fetch_windows_all(self.settings).to_pylist())
-        cfg = MonitorConfig(baseline="same_window" if self.baseline else "trailing")
-        alerts = evaluate_windows(rows, self.baseline, cfg)
-        if self.baseline:  # the exclusion balance compares arms: it needs the baseline
-            alerts += self._balance(rows, self.baseline)
-        alerts = [a for a in alerts if a["alert_id"] not in self.published]
-        if not alerts:
-            return 0
-        producer = Producer(self.settings.kafka_client_config())
-        for key, value in alert_messages(alerts):
-            producer.produce(self.settings.topic(T.ALERTS), value, key)
-        if producer.flush(30) == 0:
-            self.published.update(a["alert_id"] for a in alerts)
-            for a in alerts:
+        horizons = fetch_window_horizons(self.settings)
+        alerts: list[Any] = []
+        for size, horizon in sorted(horizons.items()):
+            lo, hi = self.span(size, horizon)
+            for a, b in chunks(lo, hi, size * 1000):
+                alerts += self._evaluate(size, a, b)
+        fresh = [a for a in alerts if a["alert_id"] not in self.published]
+        if fresh:
+            producer = Producer(self.settings.kafka_client_config())
+            for key, value in _messages(fresh):
+                producer.produce(self.settings.topic(T.ALERTS), value, key)
+            if producer.flush(30) != 0:
+                return 0  # nothing advances: the next round evaluates these windows again
+            for a in fresh:
                 log.warning("GOODHART ALERT %s on %s: %s", a["monitor"], a["checkpoint_id"], a["message"])
-        return len(alerts)
+        self.published.update((a["alert_id"], int(a["window_start"])) for a in fresh)
+        self.through.update(horizons)
+        oldest = min((self.span(size, h)[0] for size, h in horizons.items()), default=None)
+        if oldest is not None:  # alerts of windows no round evaluates any more cannot come again
+            self.published = {k: v for k, v in self.published.items() if v >= oldest}
+        return len(fresh)
 
-    def _balance(self, rows: list[Mapping[str, Any]], baseline: str) -> list[Any]:
-        """Exclusion-balance alerts over the closed windows of the largest size."""
+    def _evaluate(self, size: int, lo: int, hi: int) -> list[Any]:
+        """Alerts of the windows of ``size`` starting in ``[lo, hi)``."""
+        from rewardflow.analysis.goodhart import MonitorConfig, evaluate_windows
+        from rewardflow.analysis.source import fetch_windows_between
+
+        cfg = MonitorConfig(baseline="same_window" if self.baseline else "trailing")
+        cfg = replace(cfg, window_size_s=size)
+        before = cfg.trailing_windows * size * 1000 if cfg.baseline == "trailing" else 0
+        rows = fetch_windows_between(self.settings, size, lo - before, hi).to_pylist()
+        alerts = [a for a in evaluate_windows(rows, self.baseline, cfg) if lo <= a["window_start"] < hi]
+        if self.baseline and size == max(self.settings.window_sizes_s):
+            alerts += self._balance([r for r in rows if r["window_start"] >= lo], self.baseline, (lo, hi))
+        return alerts
+
+    def _balance(self, rows: list[Mapping[str, Any]], baseline: str, span: tuple[int, int]) -> list[Any]:
+        """Exclusion-balance alerts over ``rows``, closed windows of the largest size starting in ``span``."""
         from rewardflow.analysis.balance import balance_alerts, mean_rewards
         from rewardflow.analysis.source import fetch_balance
 
         size = max(self.settings.window_sizes_s)
         spec = max((str(r["spec_version"]) for r in rows), default=None)
-        b = fetch_balance(self.settings, rows, window_s=size, spec_version=spec)
-        closed = {int(r["window_start"]) for r in rows if int(r["window_size_s"]) == size}
+        b = fetch_balance(self.settings, rows, window_s=size, spec_version=spec, ts_range=span)
+        closed = {int(r["window_start"]) for r in rows}
         alerts = balance_alerts(b, baseline, rewards=mean_rewards(rows, window_s=size, spec_version=spec or ""))
         return [a for a in alerts if a["window_start"] in closed]  # exclusions of open windows wait
+
+
+def _messages(alerts: list[Any]) -> Any:
+    from rewardflow.analysis.goodhart import alert_messages
+
+    return alert_messages(alerts)

@@ -87,15 +87,40 @@ def fetch_windows_all(settings: Settings) -> Any:
     return _query(settings, sql, {})
 
 
-def fetch_exclusions(settings: Settings) -> list[Any]:
-    """Every turn-level exclusion and dead letter, reduced for the balance (:mod:`rewardflow.analysis.balance`)."""
+def fetch_window_horizons(settings: Settings) -> dict[int, int]:
+    """Per window size, the start before which every window is closed: the earliest of each partition's latest
+    window start. A partition emits a window's partial only once it closed it, so once every partition that ever
+    reported for a size has reported a later window, no partial of an earlier one can still be missing."""
+    sql = ("SELECT window_size_s, min(latest) AS horizon FROM (SELECT window_size_s, source_partition, "
+           "max(window_start) AS latest FROM reward_windows GROUP BY window_size_s, source_partition) "
+           "GROUP BY window_size_s")
+    return {int(r["window_size_s"]): int(r["horizon"]) for r in _query(settings, sql, {}).to_pylist()}
+
+
+def fetch_windows_between(settings: Settings, size_s: int, start_ms: int, end_ms: int) -> Any:
+    """Window partials of ``size_s`` starting in ``[start_ms, end_ms)`` (one row per ``window_id``)."""
+    sql = (f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows FINAL WHERE window_size_s = {{size:UInt32}} "
+           "AND window_start >= {lo:Int64} AND window_start < {hi:Int64}")
+    return _query(settings, sql, {"size": size_s, "lo": start_ms, "hi": end_ms})
+
+
+def fetch_exclusions(settings: Settings, ts_range: tuple[int, int] | None = None) -> list[Any]:
+    """Every turn-level exclusion and dead letter, reduced for the balance (:mod:`rewardflow.analysis.balance`);
+    with ``ts_range``, those dated in ``[start, end)`` (a dead letter by the ``ts`` of its JSON body)."""
     from rewardflow.analysis.balance import REASONS, from_dead_letters, from_exclusions
 
     cols = "exclusion_id, reason, checkpoint_id, org_id, session_id, request_id, ts"
+    params: dict[str, Any] = {"r": list(REASONS)}
+    when, dead_when = "", ""
+    if ts_range is not None:
+        params.update(lo=ts_range[0], hi=ts_range[1])
+        when = " AND ts >= {lo:Int64} AND ts < {hi:Int64}"
+        body_ts = "JSONExtract(tryBase64Decode(original_b64), 'ts', 'Nullable(Int64)')"
+        dead_when = f" WHERE {body_ts} >= {{lo:Int64}} AND {body_ts} < {{hi:Int64}}"
     late = _query(settings, f"SELECT {cols} FROM (SELECT {cols} FROM late_events UNION ALL SELECT {cols} FROM exclusions) "
-                            "WHERE reason IN {r:Array(String)} LIMIT 1 BY exclusion_id", {"r": list(REASONS)})
-    dead = _query(settings, "SELECT dead_letter_id, session_id, original_b64 FROM dead_letters "
-                            "LIMIT 1 BY dead_letter_id", {})
+                            f"WHERE reason IN {{r:Array(String)}}{when} LIMIT 1 BY exclusion_id", params)
+    dead = _query(settings, f"SELECT dead_letter_id, session_id, original_b64 FROM dead_letters{dead_when} "
+                            "LIMIT 1 BY dead_letter_id", params)
     return [*from_exclusions(late.to_pylist()), *from_dead_letters(dead.to_pylist())]
 
 
@@ -116,12 +141,13 @@ def fetch_session_checkpoints(settings: Settings, sessions: Sequence[tuple[str, 
 
 
 def fetch_balance(settings: Settings, window_rows: Any = (), *, window_s: int = 3600,
-                  spec_version: str | None = None) -> Any:
+                  spec_version: str | None = None, ts_range: tuple[int, int] | None = None) -> Any:
     """The exclusion :class:`~rewardflow.analysis.balance.Balance`: scored turns from ``window_rows`` (partials of
-    ``window_s`` under ``spec_version``), excluded turns from the tables, attributed through their sessions."""
+    ``window_s`` under ``spec_version``), excluded turns from the tables (those dated in ``ts_range`` when given),
+    attributed through their sessions."""
     from rewardflow.analysis.balance import balance
 
-    items = fetch_exclusions(settings)
+    items = fetch_exclusions(settings, ts_range)
     sessions = fetch_session_checkpoints(settings, [(x.org_id, x.session_id) for x in items if not x.checkpoint_id])
     return balance(window_rows, items, sessions, window_s=window_s, spec_version=spec_version)
 
