@@ -31,9 +31,10 @@ from rewardflow.settings import Settings
 
 log = logging.getLogger("rewardflow.monitor")
 
-CHUNK_WINDOWS = 288
-"""Windows of one size evaluated per read (a day of 5-minute windows), so a round after a long backlog reads
-in bounded pieces."""
+CHUNK_WINDOWS = 48
+"""Windows of one size evaluated per read (four hours of 5-minute windows), so a round after a long backlog
+reads in bounded pieces: at most this many windows' partials (one a partition, checkpoint, arm, surface and
+spec), and the trailing windows before them."""
 FIRST_LOOKBACK_WINDOWS = 24
 """Windows before the horizon (besides the correction window) a fresh loop evaluates."""
 
