@@ -77,7 +77,8 @@ def test_a_backfill_200_days_old_is_replayable(ch_db: ChDatabase) -> None:
     rows, live = _run_stream([{**e, "ts": e["ts"] + shift} for e in events])
     _insert(ch_db.client, list(rows))
     ch_db.client.command("OPTIMIZE TABLE events FINAL")
-    stored = ch_db.client.query("SELECT event_id, source_partition, source_offset, payload FROM events "
+    stored = ch_db.client.query("SELECT org_id, session_id, request_id, event_id, source_partition, source_offset, "
+                                "payload FROM events "
                                 "ORDER BY source_partition, source_offset").named_results()
     replayed = replay_events(list(stored), V1, CFG)
     assert len(rows) > 100 and _count(ch_db.client) == len(rows)

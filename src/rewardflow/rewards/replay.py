@@ -117,7 +117,8 @@ def replay_partition(records: list[tuple[int, list[dict[str, Any]]]], spec: Rewa
 
 def replay_events(rows: Iterable[Mapping[str, Any]], spec: RewardSpec, cfg: JoinConfig,
                   progress: Callable[[int], None] | None = None, tally: Counter[str] | None = None) -> list[RewardRecord]:
-    """Final reward records of every turn in ``rows`` under ``spec`` (partitions ascending)."""
+    """Final reward records of every turn in ``rows`` (``events`` rows: ``org_id``, ``session_id``, ``request_id``,
+    ``event_id``, ``source_partition``, ``source_offset``, ``payload``) under ``spec`` (partitions ascending)."""
     out: list[RewardRecord] = []
     for part, records in sorted(records_by_partition(rows).items()):
         out.extend(replay_partition(records, spec, cfg, part, progress, tally))
