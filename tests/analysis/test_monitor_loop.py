@@ -21,14 +21,21 @@ def test_chunks_cover_a_span_in_pieces_of_at_most_n_windows() -> None:
     assert max(b - a for a, b in chunks(0, 10**9, 60_000)) == CHUNK_WINDOWS * 60_000
 
 
-def test_a_fresh_loop_looks_back_a_bounded_span_and_later_rounds_start_where_the_last_ended(tmp_path: Any) -> None:
+def test_a_round_evaluates_what_closed_or_changed_since_the_last_not_the_history(tmp_path: Any) -> None:
     loop = MonitorLoop(Settings(home=tmp_path, correction_window_ms=3_600_000), None)
     horizon = W0 + 1_000 * WINDOW_MS
-    lo, hi = loop.span(300, horizon)
-    assert hi == horizon and lo == horizon - FIRST_LOOKBACK_WINDOWS * WINDOW_MS - 3_600_000
+    lo = horizon - FIRST_LOOKBACK_WINDOWS * WINDOW_MS - 3_600_000
+    assert loop.affected(300, horizon, set()) == [(lo, horizon)]  # a fresh loop: a bounded look back
     loop.through[300] = horizon
-    later = horizon + 10_000 * WINDOW_MS  # however much history, a round reads what closed since, and the
-    assert loop.span(300, later) == (horizon - 3_600_000, later)  # correction window before it
+    later = horizon + 3 * WINDOW_MS
+    assert loop.affected(300, later, set()) == [(horizon, later)]  # only what closed since
+    old = W0 + 10 * WINDOW_MS  # a window whose partials changed (a correction, a partition reporting late):
+    trailing = MonitorConfig().trailing_windows  # it, and the windows whose trailing baseline holds it
+    assert loop.affected(300, later, {old}) == [(old, old + (trailing + 1) * WINDOW_MS), (horizon, later)]
+    assert loop.affected(300, horizon - WINDOW_MS, {old}) == [(old, old + (trailing + 1) * WINDOW_MS)]
+    with_baseline = MonitorLoop(Settings(home=tmp_path), "base")
+    with_baseline.through[300] = horizon
+    assert with_baseline.affected(300, horizon, {old}) == [(old, old + WINDOW_MS)]
 
 
 def _row(template: dict[str, Any], start: int, partition: int) -> dict[str, Any]:
@@ -75,8 +82,10 @@ def test_a_round_publishes_each_alert_of_the_closed_windows_once(ch_db: Any, kaf
     low, high = consumer.get_watermark_offsets(TopicPartition(settings.topic(T.ALERTS), 0), timeout=30)
     consumer.close()
     assert high - low == len({a["checkpoint_id"] for a in expected})  # one message per checkpoint a round
-    # a hack planted in a window the loop has evaluated already, past the correction window, is not read again
-    old = windows_direct(_turns(8, {"late": [CLEAN] * 4 + [HACKED, CLEAN]}), V1)
-    assert evaluate_windows(old, None, MonitorConfig(baseline="trailing"))
-    Store(None, ch_db.client).insert("reward_windows", old, "t-old")
+    # partials stored later for windows the loop evaluated already (a correction, a partition reporting late)
+    late = windows_direct(_turns(8, {"late": [CLEAN] * 4 + [HACKED, CLEAN]}), V1)
+    again = evaluate_windows(late, None, MonitorConfig(baseline="trailing"))
+    assert again and {a["window_start"] for a in again} == {W0 + 4 * WINDOW_MS}
+    Store(None, ch_db.client).insert("reward_windows", late, "t-late")
+    assert loop.round() == len(again)  # are evaluated again
     assert loop.round() == 0

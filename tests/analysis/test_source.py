@@ -77,3 +77,33 @@ def test_exclusions_are_read_by_event_time_when_a_range_is_given(ch_db: Any, mon
     assert len(fetch_exclusions(load_settings())) == 5
     got = fetch_exclusions(load_settings(), (T0 + 30_000, T0 + 90_000))
     assert sorted((x.reason, x.ts) for x in got) == [("dead_letter", T0 + 60_000), ("orphan", T0 + 60_000)]
+
+
+@pytest.mark.clickhouse
+def test_changed_windows_are_those_with_rows_stored_since(ch_db: Any, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Any) -> None:
+    import time
+
+    from rewardflow.analysis.source import fetch_changed_windows
+    from rewardflow.cli.rewards import Store
+
+    cfg = JoinConfig(horizons_s=CFG.horizons_s, grace_ms=CFG.grace_ms, lateness_ms=CFG.lateness_ms,
+                     window_sizes_s=(300,))
+    f = Feed(cfg, [V1])
+    f.send(*turn("r1", "s1", T0, horizons=CFG.horizons_s))
+    f.send(ev("ToolCall", "lost", "s2", T0 + 900_000, call_id="c"))  # an orphan, three windows later
+    f.send({**ev("FollowUp", "r9", "s9", T0 + 1_800_000), "dissatisfied": "very"})  # a dead letter, six later
+    f.tick(f.proc.maxts + cfg.settle_ms + 300_000)
+    before = time.time() - 1
+    store = Store(None, ch_db.client)
+    for table, rows in (("reward_windows", f.total.windows), ("exclusions", f.total.excluded),
+                        ("dead_letters", f.total.dead)):
+        store.insert(table, rows, f"t-{table}")
+    monkeypatch.setenv("REWARDFLOW_CLICKHOUSE_DSN", ch_db.dsn.secret)
+    monkeypatch.setenv("REWARDFLOW_HOME", str(tmp_path))
+    windows = {int(r["window_start"]) for r in f.total.windows if r["window_size_s"] == 300}
+    orphan, dead = T0 + 900_000, T0 + 1_800_000
+    assert fetch_changed_windows(load_settings(), 300, before) == windows
+    assert fetch_changed_windows(load_settings(), 300, before, exclusions=True) == windows | {
+        orphan - orphan % 300_000, dead - dead % 300_000}
+    assert fetch_changed_windows(load_settings(), 300, time.time() + 60, exclusions=True) == set()

@@ -7,11 +7,12 @@ closed once every partition that reported for its size has reported a later one:
 :mod:`rewardflow.analysis.balance` (largest window size), and publishes alerts it has not published
 before to the ``alerts`` topic (the sink writes them to the ``alerts`` table).
 
-What a round reads is bounded by the settings, not by the history stored: the windows closed since the last
-round, and the correction window before them (a corrected turn changes its windows' partials for that long),
-in chunks of :data:`CHUNK_WINDOWS` windows, each with the trailing windows its baseline needs. A fresh loop
-starts :data:`FIRST_LOOKBACK_WINDOWS` windows before the horizon; ``rewardflow alerts`` evaluates the
-whole history on demand.
+What a round reads is bounded by what changed, not by the history stored: the windows closed since the last
+round, the windows whose partials were stored since (a correction's delta, a partition that reported late)
+or, with a baseline, whose exclusions were (a late event, a dead letter), and the windows whose trailing
+baseline holds one of those; read in chunks of :data:`CHUNK_WINDOWS` windows, each with the trailing
+windows before it. A fresh loop evaluates the :data:`FIRST_LOOKBACK_WINDOWS` windows and the correction
+window before the horizon; ``rewardflow alerts --evaluate`` evaluates the whole history on demand.
 
 Contract: a daemon thread; any error is logged and retried next round, never
 raised. Alert ids are deterministic, so a restart republishing an alert only
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from rewardflow.analysis.goodhart import MonitorConfig
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings
 
@@ -37,6 +40,11 @@ reads in bounded pieces: at most this many windows' partials (one a partition, c
 spec), and the trailing windows before them."""
 FIRST_LOOKBACK_WINDOWS = 24
 """Windows before the horizon (besides the correction window) a fresh loop evaluates."""
+CHANGE_MARGIN_S = 120.0
+"""Rows stored up to this long before the last round started count as changed again (an insert's time is
+taken when it starts; its rows become visible when it ends)."""
+PUBLISHED_KEPT = 100_000
+"""Alert ids remembered as published."""
 
 
 def chunks(lo: int, hi: int, size_ms: int, n: int = CHUNK_WINDOWS) -> Iterator[tuple[int, int]]:
@@ -54,8 +62,9 @@ class MonitorLoop(threading.Thread):
         super().__init__(name="rewardflow-monitor", daemon=True)
         self.settings, self.baseline, self.interval = settings, baseline, interval
         self.stopped = threading.Event()
-        self.published: dict[str, int] = {}  # alert id -> its window start, while it can be raised again
+        self.published: dict[str, bool] = {}  # alert ids published, oldest first (at most PUBLISHED_KEPT)
         self.through: dict[int, int] = {}  # window size (s) -> horizon of the windows evaluated so far
+        self.last_round: float | None = None  # wall time (s) the last successful round started
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -64,25 +73,49 @@ class MonitorLoop(threading.Thread):
             except Exception as exc:  # keep monitoring; the next round retries
                 log.warning("monitor round failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
 
-    def span(self, size_s: int, horizon: int) -> tuple[int, int]:
-        """The window starts ``[lo, horizon)`` a round evaluates for ``size_s``."""
+    def first_span(self, size_s: int, horizon: int) -> tuple[int, int]:
+        """The window starts ``[lo, horizon)`` a fresh loop evaluates for ``size_s``."""
         size_ms = size_s * 1000
-        done = self.through.get(size_s, horizon - FIRST_LOOKBACK_WINDOWS * size_ms)
-        lo = min(done, horizon) - self.settings.correction_window_ms
+        lo = horizon - FIRST_LOOKBACK_WINDOWS * size_ms - self.settings.correction_window_ms
         return lo - lo % size_ms, horizon
+
+    def affected(self, size_s: int, horizon: int, changed: set[int]) -> list[tuple[int, int]]:
+        """Ranges of window starts a round evaluates for ``size_s``: the windows closed since the last round,
+        those whose partials (or, for the balance, exclusions) were stored since (``changed``: window starts),
+        and the windows whose trailing baseline holds one of them; all below ``horizon``."""
+        size_ms = size_s * 1000
+        done = self.through.get(size_s)
+        if done is None:
+            return [self.first_span(size_s, horizon)]
+        starts = set(range(min(done, horizon), horizon, size_ms))
+        trailing = 0 if self.baseline else MonitorConfig().trailing_windows
+        for s in changed:
+            starts.update(s + k * size_ms for k in range(trailing + 1))
+        ranges: list[tuple[int, int]] = []
+        for s in sorted(x for x in starts if x < horizon):
+            if ranges and ranges[-1][1] == s:
+                ranges[-1] = (ranges[-1][0], s + size_ms)
+            else:
+                ranges.append((s, s + size_ms))
+        return ranges
 
     def round(self) -> int:
         """One evaluation; returns the number of new alerts published."""
         from confluent_kafka import Producer
 
-        from rewardflow.analysis.source import fetch_window_horizons
+        from rewardflow.analysis.source import fetch_changed_windows, fetch_window_horizons
 
+        started = time.time()
         horizons = fetch_window_horizons(self.settings)
+        since = None if self.last_round is None else self.last_round - CHANGE_MARGIN_S
+        largest = max(self.settings.window_sizes_s)
         alerts: list[Any] = []
         for size, horizon in sorted(horizons.items()):
-            lo, hi = self.span(size, horizon)
-            for a, b in chunks(lo, hi, size * 1000):
-                alerts += self._evaluate(size, a, b)
+            changed = set() if since is None else fetch_changed_windows(
+                self.settings, size, since, exclusions=bool(self.baseline) and size == largest)
+            for lo, hi in self.affected(size, horizon, changed):
+                for a, b in chunks(lo, hi, size * 1000):
+                    alerts += self._evaluate(size, a, b)
         fresh = [a for a in alerts if a["alert_id"] not in self.published]
         if fresh:
             producer = Producer(self.settings.kafka_client_config())
@@ -92,16 +125,16 @@ class MonitorLoop(threading.Thread):
                 return 0  # nothing advances: the next round evaluates these windows again
             for a in fresh:
                 log.warning("GOODHART ALERT %s on %s: %s", a["monitor"], a["checkpoint_id"], a["message"])
-        self.published.update((a["alert_id"], int(a["window_start"])) for a in fresh)
+        self.published.update(dict.fromkeys((a["alert_id"] for a in fresh), True))
+        while len(self.published) > PUBLISHED_KEPT:  # the oldest: republished, a duplicate the table collapses
+            del self.published[next(iter(self.published))]
         self.through.update(horizons)
-        oldest = min((self.span(size, h)[0] for size, h in horizons.items()), default=None)
-        if oldest is not None:  # alerts of windows no round evaluates any more cannot come again
-            self.published = {k: v for k, v in self.published.items() if v >= oldest}
+        self.last_round = started
         return len(fresh)
 
     def _evaluate(self, size: int, lo: int, hi: int) -> list[Any]:
         """Alerts of the windows of ``size`` starting in ``[lo, hi)``."""
-        from rewardflow.analysis.goodhart import MonitorConfig, evaluate_windows
+        from rewardflow.analysis.goodhart import evaluate_windows
         from rewardflow.analysis.source import fetch_windows_between
 
         cfg = MonitorConfig(baseline="same_window" if self.baseline else "trailing")

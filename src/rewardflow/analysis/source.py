@@ -31,6 +31,11 @@ WINDOW_COLUMNS = ("window_id", "window_key", "window_start", "window_end", "wind
                   "persisted", "checked", "latency_hist")
 
 
+_BODY_TS = ("if(JSONType(tryBase64Decode(original_b64), 'ts') IN ('Int64', 'UInt64'), "
+            "JSONExtract(tryBase64Decode(original_b64), 'ts', 'Nullable(Int64)'), NULL)")
+"""A dead letter's event time: its JSON body's integer ``ts`` (as the balance reads it), else NULL."""
+
+
 class SourceError(RuntimeError):
     """The reward tables cannot be read (database unavailable, table missing)."""
 
@@ -97,6 +102,22 @@ def fetch_window_horizons(settings: Settings) -> dict[int, int]:
     return {int(r["window_size_s"]): int(r["horizon"]) for r in _query(settings, sql, {}).to_pylist()}
 
 
+def fetch_changed_windows(settings: Settings, size_s: int, since_s: float, exclusions: bool = False) -> set[int]:
+    """Starts of the windows of ``size_s`` with partials stored at or after ``since_s`` (epoch seconds), and
+    with ``exclusions``, of those holding an exclusion or a dead letter (dated by its JSON body's ``ts``)
+    stored since."""
+    size_ms = size_s * 1000
+    params: dict[str, Any] = {"size": size_s, "ms": size_ms, "since": since_s}
+    after = "_inserted_at >= fromUnixTimestamp64Micro(toInt64({since:Float64} * 1000000))"
+    sql = (f"SELECT DISTINCT window_start AS s FROM reward_windows WHERE window_size_s = {{size:UInt32}} AND {after}")
+    if exclusions:
+        sql += (f" UNION DISTINCT SELECT intDiv(ts, {{ms:Int64}}) * {{ms:Int64}} AS s FROM late_events WHERE {after}"
+                f" UNION DISTINCT SELECT intDiv(ts, {{ms:Int64}}) * {{ms:Int64}} AS s FROM exclusions WHERE {after}"
+                f" UNION DISTINCT SELECT intDiv(assumeNotNull({_BODY_TS}), {{ms:Int64}}) * {{ms:Int64}} AS s "
+                f"FROM dead_letters WHERE {after} AND {_BODY_TS} IS NOT NULL")
+    return {int(r["s"]) for r in _query(settings, sql, params).to_pylist()}
+
+
 def fetch_windows_between(settings: Settings, size_s: int, start_ms: int, end_ms: int) -> Any:
     """Window partials of ``size_s`` starting in ``[start_ms, end_ms)`` (one row per ``window_id``)."""
     sql = (f"SELECT {', '.join(WINDOW_COLUMNS)} FROM reward_windows FINAL WHERE window_size_s = {{size:UInt32}} "
@@ -115,8 +136,7 @@ def fetch_exclusions(settings: Settings, ts_range: tuple[int, int] | None = None
     if ts_range is not None:
         params.update(lo=ts_range[0], hi=ts_range[1])
         when = " AND ts >= {lo:Int64} AND ts < {hi:Int64}"
-        body_ts = "JSONExtract(tryBase64Decode(original_b64), 'ts', 'Nullable(Int64)')"
-        dead_when = f" WHERE {body_ts} >= {{lo:Int64}} AND {body_ts} < {{hi:Int64}}"
+        dead_when = f" WHERE {_BODY_TS} >= {{lo:Int64}} AND {_BODY_TS} < {{hi:Int64}}"
     late = _query(settings, f"SELECT {cols} FROM (SELECT {cols} FROM late_events UNION ALL SELECT {cols} FROM exclusions) "
                             f"WHERE reason IN {{r:Array(String)}}{when} LIMIT 1 BY exclusion_id", params)
     dead = _query(settings, f"SELECT dead_letter_id, session_id, original_b64 FROM dead_letters{dead_when} "
