@@ -27,20 +27,20 @@ def test_lag_reports_the_records_no_worker_committed_and_exits_by_whether_the_pi
     env = {"REWARDFLOW_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "REWARDFLOW_TOPIC_PREFIX": prefix,
            "REWARDFLOW_HOME": str(tmp_path), "REWARDFLOW_PARTITIONS": "2"}
     runner = CliRunner()
-    res = runner.invoke(app, ["kafka", "lag"], env=env)
+    res = runner.invoke(app, ["kafka", "lag", "--timeout", "30"], env=env)
     assert res.exit_code == 0, res.output
     assert "workers  0 records behind" in res.stdout and "sink     0 records behind" in res.stdout
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
     for p in range(2):  # the ticks workers write to idle partitions are not records to drain
         producer.produce(settings.topic(T.RAW), b"{}", partition=p, headers=TICK_HEADERS)
     assert producer.flush(30) == 0
-    res = runner.invoke(app, ["kafka", "lag"], env=env)
+    res = runner.invoke(app, ["kafka", "lag", "--timeout", "30"], env=env)
     assert res.exit_code == 0 and "workers  0 records behind" in res.stdout, res.output
     for i in range(3):
         producer.produce(settings.topic(T.RAW), b"{}", f"s{i}".encode())
     producer.produce(settings.topic(T.RAW), b"{}", partition=0, headers=TICK_HEADERS)
     assert producer.flush(30) == 0
-    res = runner.invoke(app, ["kafka", "lag", "--wait", "1"], env=env)
+    res = runner.invoke(app, ["kafka", "lag", "--wait", "1", "--timeout", "30"], env=env)
     assert res.exit_code == 1 and "workers  3 records behind" in res.stdout, res.output
 
 

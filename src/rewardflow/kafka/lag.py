@@ -60,13 +60,21 @@ def group_lag(kafka_config: dict[str, Any], group: str, topic: str, timeout: flo
     at most :data:`SCAN_RECORDS` behind is read, and the workers' tick records (header ``rf-format: tick``,
     which they write to idle partitions while turns are open) are not counted."""
     consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
     try:
-        md = consumer.list_topics(topic, timeout=timeout)
-        parts = md.topics.get(topic)
-        if parts is None or parts.error is not None:
-            return None
-        tps = [TopicPartition(topic, p) for p in parts.partitions]
-        committed = consumer.committed(tps, timeout=timeout)
+        while True:  # a retriable error (the group's coordinator still loading) is asked again until the deadline
+            try:
+                md = consumer.list_topics(topic, timeout=timeout)
+                parts = md.topics.get(topic)
+                if parts is None or parts.error is not None:
+                    return None
+                tps = [TopicPartition(topic, p) for p in parts.partitions]
+                committed = consumer.committed(tps, timeout=timeout)
+                break
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         lag = 0
         for tp in committed:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)
