@@ -147,10 +147,9 @@ def test_empty_stream() -> None:
     assert rep.samples == 0 and all(ln.share == 0.0 for ln in rep.lines) and rep.checkpoints == []
 
 
-@pytest.mark.clickhouse
-def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+def _cli_over(ch_db: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, tables: dict[str, Any]) -> Any:
+    """An app holding ``rewardflow audit`` over a database holding ``tables`` (name -> rows), the feed's settings."""
     import typer
-    from typer.testing import CliRunner
 
     from rewardflow.cli import audit
     from rewardflow.cli.rewards import Store
@@ -159,13 +158,22 @@ def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.
                  "REWARDFLOW_HORIZONS_S": "[30, 120]", "REWARDFLOW_GRACE_MS": "1000",
                  "REWARDFLOW_MAX_CLOCK_SKEW_MS": "500", "REWARDFLOW_ALLOWED_LATENESS_MS": "500"}.items():
         monkeypatch.setenv(k, v)
-    store, t = Store(None, ch_db.client), feed.total
-    for table, rows in (("events", t.valid), ("rewards", t.rewards), ("dead_letters", t.dead),
-                        ("late_events", t.late), ("exclusions", t.excluded)):
+    store = Store(None, ch_db.client)
+    for table, rows in tables.items():
         store.insert(table, rows, f"t-{table}")
     app = typer.Typer()
     app.command("audit")(audit.command)
     app.command("other")(lambda: None)
+    return app
+
+
+@pytest.mark.clickhouse
+def test_cli_audit_reads_the_tables(feed: Feed, ch_db: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    t = feed.total
+    app = _cli_over(ch_db, monkeypatch, tmp_path, {"events": t.valid, "rewards": t.rewards, "dead_letters": t.dead,
+                                                   "late_events": t.late, "exclusions": t.excluded})
     res = CliRunner().invoke(app, ["audit", "--spec", "v1", "--json"])
     assert res.exit_code == 0, res.output
     doc = orjson.loads(res.stdout)
@@ -209,11 +217,7 @@ def test_corrections_are_counted_beside_the_exclusions() -> None:
 @pytest.mark.clickhouse
 def test_cli_audit_keeps_two_orgs_turns_whose_event_ids_coincide(ch_db: Any, monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Any) -> None:
-    import typer
     from typer.testing import CliRunner
-
-    from rewardflow.cli import audit
-    from rewardflow.cli.rewards import Store
 
     f = Feed(CFG, [V1])
     for org, action in (("org-a", "accept"), ("org-b", "reject")):  # event ids e0, e1, ... in both
@@ -222,16 +226,8 @@ def test_cli_audit_keeps_two_orgs_turns_whose_event_ids_coincide(ch_db: Any, mon
     f.tick(f.proc.maxts + CFG.settle_ms)
     f.send({**ev("FollowUp", "rq", "s1", T0 + 3_000, dissatisfied=True), "org_id": "org-b"})  # late: org-b's turn
     assert len(f.total.late) == 1
-    for k, v in {"REWARDFLOW_CLICKHOUSE_DSN": ch_db.dsn.secret, "REWARDFLOW_HOME": str(tmp_path),
-                 "REWARDFLOW_HORIZONS_S": "[30, 120]", "REWARDFLOW_GRACE_MS": "1000",
-                 "REWARDFLOW_MAX_CLOCK_SKEW_MS": "500", "REWARDFLOW_ALLOWED_LATENESS_MS": "500"}.items():
-        monkeypatch.setenv(k, v)
-    store = Store(None, ch_db.client)
-    for table, rows in (("events", f.total.valid), ("rewards", f.total.rewards), ("late_events", f.total.late)):
-        store.insert(table, rows, f"t-{table}")
-    app = typer.Typer()
-    app.command("audit")(audit.command)
-    app.command("other")(lambda: None)
+    app = _cli_over(ch_db, monkeypatch, tmp_path,
+                    {"events": f.total.valid, "rewards": f.total.rewards, "late_events": f.total.late})
     res = CliRunner().invoke(app, ["audit", "--spec", "v1", "--json"])
     assert res.exit_code == 0, res.output
     doc = orjson.loads(res.stdout)

@@ -347,6 +347,22 @@ def test_an_org_keeps_its_session_id_after_another_org_used_it() -> None:
     assert {k[2] for k in _of(b, "org-b")} == {f"org-b-{i}" for i in range(4)}
 
 
+def _through(events: list[dict[str, Any]], b: Broker | None = None) -> Broker:
+    """``events`` sent one record each, then every turn finalised."""
+    b = b or Broker()
+    for e in events:
+        b.send(T0 + 130_000, e)
+    b.tick(T0 + 400_000, T0 + 400_000)
+    return b
+
+
+def _restart(store: EncodedStore, offset: int) -> Broker:
+    """A worker restarting over ``store`` at the record after ``offset``'s last."""
+    b = Broker(store=store)
+    b.offset = offset
+    return b
+
+
 def _unkey(store: EncodedStore) -> None:
     """Move every session's state to a key of its session id alone, as state was stored without the org."""
     for key in [k for k in store.data if k.startswith("s:")]:
@@ -356,21 +372,13 @@ def _unkey(store: EncodedStore) -> None:
 
 def test_state_stored_under_the_session_id_alone_is_taken_as_its_orgs_and_moved_to_its_key() -> None:
     events = _as("org-a", turn("r1", "s1", T0, horizons=HZ)) + _as("org-a", turn("r2", "s2", T0, horizons=HZ))
-    whole = Broker()
-    for e in events:
-        whole.send(T0 + 130_000, e)
-    whole.tick(T0 + 400_000, T0 + 400_000)
-
+    whole = _through(events)
     first = Broker()
     for e in events[:5]:
         first.send(T0 + 130_000, e)
     _unkey(first.store)
     assert "s:s1" in first.store.data
-    again = Broker(store=first.store)  # a restart over the stored state
-    again.offset = first.offset
-    for e in events[5:]:
-        again.send(T0 + 130_000, e)
-    again.tick(T0 + 400_000, T0 + 400_000)
+    again = _through(events[5:], _restart(first.store, first.offset))  # a restart over the stored state
     assert _of(again, "org-a") == _of(whole, "org-a")
     assert not [k for k in again.store.data if k.startswith("s:") and "\t" not in k]
 
@@ -397,16 +405,12 @@ class _Changelog(EncodedStore):
 
 def test_a_restart_after_any_prefix_of_the_moving_batchs_writes_keeps_the_sessions_turn() -> None:
     events = _as("org-a", turn("r1", "s1", T0, horizons=HZ))
-    whole = Broker()
-    for e in events:
-        whole.send(T0 + 130_000, e)
-    whole.tick(T0 + 400_000, T0 + 400_000)
+    whole = _through(events)
     first = Broker()
     for e in events[:3]:
         first.send(T0 + 130_000, e)
     _unkey(first.store)
-    moving = Broker(store=_Changelog(first.store.data))  # the first batch of the new build: it moves the state
-    moving.offset = first.offset
+    moving = _restart(_Changelog(first.store.data), first.offset)  # the new build's first batch moves the state
     moving.send(T0 + 130_000, events[3])
     log = moving.store.log
     assert ("s:s1", None) in log
@@ -418,11 +422,7 @@ def test_a_restart_after_any_prefix_of_the_moving_batchs_writes_keeps_the_sessio
                 kept.data.pop(key, None)
             else:
                 kept.data[key] = value
-        again = Broker(store=kept)
-        again.offset = first.offset  # the batch was not committed: it is read again
-        for e in events[3:]:
-            again.send(T0 + 130_000, e)
-        again.tick(T0 + 400_000, T0 + 400_000)
+        again = _through(events[3:], _restart(kept, first.offset))  # the batch was not committed: read again
         assert _of(again, "org-a") == _of(whole, "org-a"), log[:n]
 
 
@@ -434,8 +434,7 @@ def test_stored_state_without_an_org_to_take_it_is_dropped() -> None:
     obj[0], obj[2], obj[4] = "s9", [], {}  # seen ids only: no turn or tombstone names its org
     b.store.data["s:s9"] = orjson.dumps(obj)
     b.store.forget()
-    again = Broker(store=b.store)
-    again.offset = b.offset
+    again = _restart(b.store, b.offset)
     again.tick(T0 + 1_000, T0 + 1_000)
     assert "s:s9" not in again.store.data and "s:s1" not in again.store.data
     assert "s:" + session_key("org-a", "s1") in again.store.data

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from rewardflow.analysis.goodhart import MonitorConfig
+from rewardflow.analysis.goodhart import MonitorConfig, alert_messages, evaluate_windows
 from rewardflow.kafka import topics as T
 from rewardflow.settings import Settings
 
@@ -119,7 +119,7 @@ class MonitorLoop(threading.Thread):
         fresh = [a for a in alerts if a["alert_id"] not in self.published]
         if fresh:
             producer = Producer(self.settings.kafka_client_config())
-            for key, value in _messages(fresh):
+            for key, value in alert_messages(fresh):
                 producer.produce(self.settings.topic(T.ALERTS), value, key)
             if producer.flush(30) != 0:
                 return 0  # nothing advances: the next round evaluates these windows again
@@ -134,7 +134,6 @@ class MonitorLoop(threading.Thread):
 
     def _evaluate(self, size: int, lo: int, hi: int) -> list[Any]:
         """Alerts of the windows of ``size`` starting in ``[lo, hi)``."""
-        from rewardflow.analysis.goodhart import evaluate_windows
         from rewardflow.analysis.source import fetch_windows_between
 
         cfg = MonitorConfig(baseline="same_window" if self.baseline else "trailing")
@@ -158,8 +157,3 @@ class MonitorLoop(threading.Thread):
         alerts = balance_alerts(b, baseline, rewards=mean_rewards(rows, window_s=size, spec_version=spec or ""))
         return [a for a in alerts if a["window_start"] in closed]  # exclusions of open windows wait
 
-
-def _messages(alerts: list[Any]) -> Any:
-    from rewardflow.analysis.goodhart import alert_messages
-
-    return alert_messages(alerts)
