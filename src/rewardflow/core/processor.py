@@ -38,17 +38,18 @@ from __future__ import annotations
 from typing import Any
 
 from rewardflow.core.config import JoinConfig, StateStore
-from rewardflow.core.corrections import correct, correctable, kept, reemit
+from rewardflow.core.corrections import correct, correctable, kept
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
                                      turn_exclusion)
 from rewardflow.core.limits import refusal, span_refusal
 from rewardflow.core.marks import mark
+from rewardflow.core.restore import NEVER, close_prefix, meta_key, org_of, restore
 from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone, session_key, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
-from rewardflow.core.turn import TurnState, outcome_from_obj, outcome_to_obj
+from rewardflow.core.turn import TurnState, outcome_to_obj
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
-from rewardflow.core.windows import WindowBook, window_from_obj
+from rewardflow.core.windows import WindowBook
 from rewardflow.events.errors import DecodeError
 from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
@@ -60,7 +61,6 @@ Record = tuple[bytes | None, Any, int] | tuple[bytes | None, Any, int, int | Non
 """A raw record: value, headers, offset and, where known, its broker timestamp (ms)."""
 _KEEP_CLOSES = 64
 _CLOSE_CHUNK = 200  # window aggregates per stored close key (~200 KB), far under a changelog record
-_NEVER = 2**62
 
 
 class PartitionProcessor:
@@ -73,7 +73,7 @@ class PartitionProcessor:
         self._scored = [(s, s.content_hash) for s in specs]  # hash once, not per scored turn
         self._hz = list(cfg.horizons_s)
         self.topic, self.partition = topic, partition
-        self.wm = self.maxts = -_NEVER
+        self.wm = self.maxts = -NEVER
         self.last_event_wall, self.ready = 0, False
         self.book = WindowBook(list(cfg.window_sizes_s), partition)
         self._wakeups = Wakeups()
@@ -82,7 +82,7 @@ class PartitionProcessor:
         self._open_served: dict[tuple[str, str], int] = {}
         self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
         self._new_closes: list[tuple[int, list[WindowAggregate]]] = []
-        self._close_prefix, self._meta_key, self.last_offset = f"r:{partition}:", f"m:{partition}", -1
+        self._close_prefix, self._meta_key, self.last_offset = close_prefix(partition), meta_key(partition), -1
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
@@ -330,7 +330,7 @@ class PartitionProcessor:
                 obj = self.store.get(self._unkeyed[key])
             if obj is not None:
                 kept = self._states.pop(key, None)  # (popped: a batch that fails midway leaves nothing behind)
-                st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj, _org_of(key))
+                st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj, org_of(key))
             elif create:
                 org, _, sid = key.partition("\t")
                 st = SessionState(sid, self.partition, org_id=org)
@@ -448,67 +448,17 @@ class PartitionProcessor:
         })
 
     def rebuild(self, first_offset: int, out: Outputs) -> None:
-        """Recompute derived state from the store; re-emit outputs decided at/after ``first_offset``."""
-        meta = self.store.get(self._meta_key) or {}
-        self.wm = meta.get("wm", -_NEVER)
-        self.maxts = meta.get("maxts", -_NEVER)
-        self._marks, self._prune_wm = meta.get("marks", []), None
-        self.book = WindowBook(list(self.cfg.window_sizes_s), self.partition,
-                               {int(k): v for k, v in meta.get("ct", {}).items()})
-        self._closes, self._new_closes = {}, []
-        recent: list[tuple[int, list[Any]]] = []
-        self.last_offset = int(meta.get("off", -1))
-        self._wakeups, self._open_served = Wakeups(), {}
-        self._states, self._unkeyed, self._dropped = {}, {}, []
-        for key, obj in self.store.items():
-            if key.startswith(self._close_prefix):
-                off = int(key.split(":")[2])
-                self._closes[key] = off
-                recent.append((off, obj))
-                continue
-            if not key.startswith("s:") or obj[1] != self.partition:
-                continue
-            st = self._stored_state(key, obj)
-            if st is None:
-                continue
-            for rid, turn in st.turns.items():
-                if turn.served is not None:
-                    self._open_served[(st.key, rid)] = turn.served["ts"]
-            # (held tombstones are pruned ones a restart may need, SessionState.prune: adding one to the
-            # book is a no-op unless the meta write of the batch that closed its window was lost)
-            for tomb in (*st.done.values(), *(h[1] for h in st.held.values())):
-                if tomb.outcome is not None:
-                    recs = [score(outcome_from_obj(tomb.outcome), s, h) for s, h in self._scored]
-                    for r in recs:
-                        self.book.add(r)
-                    if tomb.offset >= first_offset:
-                        out.rewards.extend(recs)
-                    rewards, windows = reemit(tomb, first_offset, self._scored, self.cfg, self.partition)
-                    out.rewards.extend(rewards)
-                    out.windows.extend(windows)
-                elif tomb.orphan is not None and tomb.offset >= first_offset:
-                    out.excluded.append(tomb.orphan)  # type: ignore[arg-type]
+        """Recompute derived state from the store; re-emit outputs decided at/after ``first_offset``
+        (:func:`~rewardflow.core.restore.restore`)."""
+        r = restore(self.store, self.cfg, self.partition, self._scored, first_offset, out)
+        self.wm, self.maxts, self.last_offset, self.book = r.wm, r.maxts, r.last_offset, r.book
+        self._marks, self._prune_wm = r.marks, None
+        self._closes, self._new_closes = r.closes, []
+        self._wakeups, self._open_served = Wakeups(), r.open_served
+        self._states, self._unkeyed, self._dropped = {}, r.unkeyed, r.dropped
+        for st in r.sessions:
             self._schedule(st)
-        for off, wins in sorted(recent, key=lambda r: r[0]):
-            if off >= first_offset:
-                out.windows.extend(window_from_obj(w) for w in wins)
         self.ready = True
-
-    def _stored_state(self, key: str, obj: Any) -> SessionState | None:
-        """The state stored under ``key``. State stored under the session id alone (no org in the key) is
-        taken as the session of the org its turns name, and moves to that org's key at its next write;
-        without a turn or tombstone naming an org (then it holds nothing a restart needs but seen ids),
-        or beside a state already under that key, it is deleted at the next write."""
-        if "\t" in key:
-            return SessionState.from_obj(obj, _org_of(key[2:]))
-        st = SessionState.from_obj(obj, "")
-        org = st.recorded_org()
-        if org is None or self.store.get("s:" + session_key(org, st.session_id)) is not None:
-            self._dropped.append(key)
-            return None
-        st = SessionState.from_obj(obj, org)
-        self._unkeyed[st.key] = key
-        return st
 
     def pending(self) -> bool:
         """Whether anything (a turn, a tombstone, a window) still waits for the watermark."""
@@ -516,11 +466,7 @@ class PartitionProcessor:
 
     def idle_target(self, now_ms: int, idle_timeout_ms: int, rate: float) -> int | None:
         """Watermark a tick should carry when the partition has been idle, else None."""
-        if self.maxts == -_NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
+        if self.maxts == -NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
             return None
         return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
 
-
-def _org_of(key: str) -> str:
-    """The org of a :func:`session_key`."""
-    return key[:key.index("\t")]
