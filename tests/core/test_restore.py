@@ -55,7 +55,8 @@ def test_restore_re_emits_what_was_decided_at_or_after_its_first_offset() -> Non
     replayed = Outputs()
     restore(f.store, CFG, 0, SCORED, mid, replayed)  # a restart replaying from the tick
     assert _finals(replayed) == _finals(decided_after)
-    assert decided_after.windows and [w["window_start"] for w in replayed.windows] == [w["window_start"] for w in decided_after.windows]
+    assert decided_after.windows
+    assert [w["window_start"] for w in replayed.windows] == [w["window_start"] for w in decided_after.windows]
 
 
 def test_state_under_the_session_id_alone_is_taken_by_the_org_its_turns_name() -> None:

@@ -43,9 +43,9 @@ from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_
                                      turn_exclusion)
 from rewardflow.core.limits import refusal, span_refusal
 from rewardflow.core.marks import mark
-from rewardflow.core.restore import NEVER, close_prefix, meta_key, org_of, restore
+from rewardflow.core.restore import NEVER, close_prefix, meta_key, restore
 from rewardflow.core.rows import WindowAggregate
-from rewardflow.core.session import SessionState, Tombstone, session_key, tombstone_checkpoint
+from rewardflow.core.session import SessionState, Tombstone, org_of, session_key, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_to_obj
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at

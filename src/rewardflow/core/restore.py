@@ -26,7 +26,7 @@ from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.corrections import Scored, reemit
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.score import score
-from rewardflow.core.session import SessionState, session_key
+from rewardflow.core.session import SessionState, org_of, session_key
 from rewardflow.core.turn import outcome_from_obj
 from rewardflow.core.windows import WindowBook, window_from_obj
 
@@ -42,11 +42,6 @@ def meta_key(partition: int) -> str:
 def close_prefix(partition: int) -> str:
     """The prefix of the store keys ``r:<partition>:<offset>:<chunk>`` of the partition's window closes."""
     return f"r:{partition}:"
-
-
-def org_of(key: str) -> str:
-    """The org of a :func:`~rewardflow.core.session.session_key`."""
-    return key[:key.index("\t")]
 
 
 @dataclass(slots=True)

@@ -388,6 +388,11 @@ def session_key(org_id: str, session_id: str) -> str:
     return f"{org_id}\t{session_id}"
 
 
+def org_of(key: str) -> str:
+    """The org of a :func:`session_key`."""
+    return key[:key.index("\t")]
+
+
 def _held_obj(h: tuple[int, Tombstone]) -> list[Any]:
     """A held tombstone's JSON form: [offset pruned at, tombstone]."""
     return [h[0], h[1].to_obj()]
