@@ -29,8 +29,10 @@ same rows; each stored payload keeps the key order its record was written in), s
 ``--store json`` runs the processors over a store that keeps encoded bytes, as
 the worker's Faust table does (``put_json`` checked against ``orjson.dumps``
 of the value, a small decoded cache so that states are decoded again): its
-digest must be the dict store's. ``--batch-records`` sets the batch size
-(smaller batches wake sessions more often).
+digest must be the dict store's. It also prints what the worker's state changelog would
+carry: bytes and records an event. ``--batch-records`` sets the batch size
+(smaller batches wake sessions more often; a live stream's batches hold at most a record or
+two of a session, as ``--batch-records 20`` does here).
 
     python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk]
 """
@@ -144,6 +146,11 @@ def main() -> None:
     rows, state = digest(outs, procs)
     print(f"digest outputs {rows}  ({args.events:,} events, {args.format}, {args.store} store, {args.shape})")
     print(f"digest state   {state}")
+    if args.store == "json":  # what the worker's state changelog would carry
+        stores = [p.store for p in procs.values()]
+        writes, written = sum(s.records for s in stores), sum(s.written for s in stores)
+        print(f"state written  {written / args.events:,.0f} bytes an event, {writes / args.events:.2f} records "
+              f"an event (puts and deletes)")
     del outs, procs
     times = []
     for _ in range(args.reps):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from rewardflow.core.config import DecodedCache, JoinConfig
+from rewardflow.core.config import DecodedCache, EncodedStore, JoinConfig
 from rewardflow.settings import Settings
 
 
@@ -25,3 +25,13 @@ def test_decoded_cache_returns_the_value_written_while_the_bytes_are_the_same_an
     assert (cache.reads, cache.decodes) == (5, 3)
     cache.drop("b")
     assert cache.read("b", data["b"]) is not values["b"]
+
+
+def test_encoded_store_counts_what_a_changelog_would_carry() -> None:
+    store = EncodedStore(check=True)
+    store.put("a", {"k": 1})
+    store.put_json("b", [1, 2], b"[1,2]")
+    store.delete("a")
+    store.delete("missing")  # nothing stored: nothing to send
+    assert (store.records, store.written) == (3, len(b'{"k":1}') + len(b"[1,2]"))
+    assert store.items() == [("b", [1, 2])]

@@ -150,13 +150,16 @@ class EncodedStore:
     ``get`` returns the very value last put while it is among the ``cached`` most recently
     written (a :class:`DecodedCache`, as the worker's table has), else a fresh decode of the
     stored bytes. With ``check``, ``put_json`` raises ``AssertionError`` when the caller's bytes
-    are not exactly ``orjson.dumps(value, option=JSON_OPTS)``.
+    are not exactly ``orjson.dumps(value, option=JSON_OPTS)``. ``records`` and ``written`` count
+    what a changelog behind it would carry: a record per write and per delete of a stored key,
+    and the bytes written.
     """
 
     def __init__(self, cached: int = 256, check: bool = True) -> None:
         self.data: dict[str, bytes] = {}
         self._decoded = DecodedCache(cached)
         self.check, self.put_json_calls = check, 0
+        self.records = self.written = 0
 
     def get(self, key: str) -> Any | None:
         raw = self.data.get(key)
@@ -166,6 +169,8 @@ class EncodedStore:
         data = orjson.dumps(value, option=JSON_OPTS)
         self.data[key] = data
         self._decoded.keep(key, data, value)
+        self.records += 1
+        self.written += len(data)
 
     def put_json(self, key: str, value: Any, data: bytes) -> None:
         if self.check and data != orjson.dumps(value, option=JSON_OPTS):
@@ -173,9 +178,12 @@ class EncodedStore:
         self.put_json_calls += 1
         self.data[key] = data
         self._decoded.keep(key, data, value)
+        self.records += 1
+        self.written += len(data)
 
     def delete(self, key: str) -> None:
-        self.data.pop(key, None)
+        if self.data.pop(key, None) is not None:
+            self.records += 1
         self._decoded.drop(key)
 
     def forget(self) -> None:
