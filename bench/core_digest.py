@@ -34,7 +34,7 @@ carry: bytes and records an event. ``--batch-records`` sets the batch size
 (smaller batches wake sessions more often; a live stream's batches hold at most a record or
 two of a session, as ``--batch-records 20`` does here).
 
-    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk]
+    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk] [--batch-records N]
 """
 
 from __future__ import annotations

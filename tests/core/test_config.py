@@ -1,4 +1,4 @@
-"""JoinConfig from settings, and the decoded-value cache of stores that keep encoded bytes."""
+"""JoinConfig from settings, the decoded-value cache of stores that keep encoded bytes, and what the encoded store counts."""
 
 from __future__ import annotations
 
