@@ -3,8 +3,9 @@
 The pipeline is drained when the workers' group has committed every raw record and the sink's group
 every output record: nothing sent is still on its way to the tables.
 
-Contract: blocks up to ``timeout`` seconds a call; returns None when the broker does
-not answer (never raises for a transient Kafka error).
+Contract: blocks up to ``timeout`` seconds a call (a transient Kafka error, a busy or just started
+broker's, is asked again until then); returns None when the broker does not answer by then, or
+refuses (never raises for a Kafka error).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from rewardflow.core.ticks import TICK
 from rewardflow.events.wire import FORMAT_HEADER
@@ -60,23 +64,17 @@ def group_lag(kafka_config: dict[str, Any], group: str, topic: str, timeout: flo
     at most :data:`SCAN_RECORDS` behind is read, and the workers' tick records (header ``rf-format: tick``,
     which they write to idle partitions while turns are open) are not counted."""
     consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
-    deadline = time.monotonic() + timeout
-    try:
-        while True:  # a retriable error (the group's coordinator still loading) is asked again until the deadline
-            try:
-                md = consumer.list_topics(topic, timeout=timeout)
-                parts = md.topics.get(topic)
-                if parts is None or parts.error is not None:
-                    return None
-                tps = [TopicPartition(topic, p) for p in parts.partitions]
-                committed = consumer.committed(tps, timeout=timeout)
-                break
-            except KafkaException as exc:
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+
+    def ask() -> int:
+        md = consumer.list_topics(topic, timeout=timeout)
+        parts = md.topics.get(topic)
+        if parts is None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+        if parts.error is not None:
+            raise KafkaException(parts.error)
+        tps = [TopicPartition(topic, p) for p in parts.partitions]
         lag = 0
-        for tp in committed:
+        for tp in consumer.committed(tps, timeout=timeout):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)
             start = max(tp.offset if tp.offset >= 0 else low, low)
             behind = max(0, high - start)
@@ -84,10 +82,39 @@ def group_lag(kafka_config: dict[str, Any], group: str, topic: str, timeout: flo
                 behind = _not_ticks(consumer, TopicPartition(topic, tp.partition, start), high, timeout)
             lag += behind
         return lag
+
+    try:
+        return until(time.monotonic() + timeout, ask)
     except KafkaException:
         return None
     finally:
         consumer.close()
+
+
+# Errors a busy or just started broker answers with for a while: the group's coordinator loading or
+# moving, a topic's metadata or leader not there yet, a connection or request that timed out.
+TRANSIENT = frozenset({
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT,
+})
+T_ = TypeVar("T_")
+
+
+def until(deadline: float, call: Callable[[], T_], pause: float = 0.2) -> T_:
+    """``call()``, asked again after a transient Kafka error (:data:`TRANSIENT`, or one librdkafka
+    flags retriable) until the ``time.monotonic()`` ``deadline``; then, or for any other error,
+    the ``KafkaException`` is raised."""
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            err = exc.args[0]
+            transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in TRANSIENT)
+            if not transient or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
 
 
 SCAN_RECORDS = 1_000
