@@ -11,11 +11,9 @@ refuses (never raises for a Kafka error).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -64,9 +62,11 @@ def group_lag(kafka_config: dict[str, Any], group: str, topic: str, timeout: flo
     at most :data:`SCAN_RECORDS` behind is read, and the workers' tick records (header ``rf-format: tick``,
     which they write to idle partitions while turns are open) are not counted."""
     consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
 
     def ask() -> int:
-        md = consumer.list_topics(topic, timeout=timeout)
+        left = max(0.1, deadline - time.monotonic())  # (each attempt within the call's timeout)
+        md = consumer.list_topics(topic, timeout=left)
         parts = md.topics.get(topic)
         if parts is None:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
@@ -74,17 +74,17 @@ def group_lag(kafka_config: dict[str, Any], group: str, topic: str, timeout: flo
             raise KafkaException(parts.error)
         tps = [TopicPartition(topic, p) for p in parts.partitions]
         lag = 0
-        for tp in consumer.committed(tps, timeout=timeout):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)
+        for tp in consumer.committed(tps, timeout=left):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=left)
             start = max(tp.offset if tp.offset >= 0 else low, low)
             behind = max(0, high - start)
             if skip_ticks and 0 < behind <= SCAN_RECORDS:
-                behind = _not_ticks(consumer, TopicPartition(topic, tp.partition, start), high, timeout)
+                behind = _not_ticks(consumer, TopicPartition(topic, tp.partition, start), high, left)
             lag += behind
         return lag
 
     try:
-        return until(time.monotonic() + timeout, ask)
+        return until(deadline, ask)
     except KafkaException:
         return None
     finally:
