@@ -42,3 +42,51 @@ def test_the_refusal_names_what_was_refused(ch_db: ChDatabase) -> None:
     for sql, named in cases.items():
         with pytest.raises(ReadOnlyViolation, match=named):
             guard.check(sql)
+
+
+def counting_guard(ch_db: ChDatabase) -> tuple[SqlGuard, list[str]]:
+    """A guard on the real engine, with the statements it sends to the engine."""
+    asked: list[str] = []
+
+    def run(sql: str, p: Any) -> list[tuple[Any, ...]]:
+        asked.append(sql)
+        return [tuple(r) for r in ch_db.client.query(sql, parameters=dict(p)).result_rows]
+
+    return SqlGuard(run), asked
+
+
+def test_an_accepted_request_is_not_parsed_again_and_keeps_its_canonical_form(ch_db: ChDatabase) -> None:
+    guard, asked = counting_guard(ch_db)
+    sql = "SELECT count() /* polled */ FROM rewards WHERE sample_id = {s:String}"
+    first = guard.check(sql, {"s": "a"})
+    n = len(asked)
+    assert n >= 2  # formatQuery and EXPLAIN AST
+    assert guard.check(sql, {"s": "a"}) == first
+    assert len(asked) == n
+    guard.check(sql, {"s": "b"})  # other parameter values: asked again
+    guard.check(sql, {"s": "a", "t": "x"})
+    assert len(asked) == n + 4
+
+
+def test_a_refusal_is_asked_again_every_time(ch_db: ChDatabase) -> None:
+    guard, asked = counting_guard(ch_db)
+    for _ in range(2):
+        with pytest.raises(ReadOnlyViolation, match="INTO OUTFILE"):
+            guard.check("SELECT 1 INTO OUTFILE 'x'")
+    assert len(asked) == 2  # formatQuery each time; nothing kept
+
+
+def test_the_verdicts_kept_are_bounded_and_the_oldest_goes_first(ch_db: ChDatabase, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rewardflow.clickhouse.sqlguard as sqlguard
+
+    monkeypatch.setattr(sqlguard, "VERDICTS_KEPT", 2)
+    guard, asked = counting_guard(ch_db)
+    for sql in ("SELECT 1", "SELECT 2", "SELECT 1", "SELECT 3"):  # 1 is used again, so 2 is the oldest
+        guard.check(sql)
+    n = len(asked)
+    guard.check("SELECT 1")
+    guard.check("SELECT 3")
+    assert len(asked) == n
+    guard.check("SELECT 2")
+    assert len(asked) > n
+

@@ -23,12 +23,19 @@ limits (:func:`~.readonly.read_settings`), which the engine enforces.
 Contract: :meth:`SqlGuard.check` returns the canonical statement or raises
 :class:`~.readonly.ReadOnlyViolation` (``refused: …``, naming what was refused);
 any other error of ``run`` propagates (a statement the engine cannot explain
-with its parameters, say). It runs two small queries on the engine; blocking as they are.
+with its parameters, say). It runs two small queries on the engine, blocking as they are, the first
+time it sees a statement with its parameters: an accepted one is remembered (the last
+:data:`VERDICTS_KEPT`, by a digest of the statement and its parameters), and the same request again
+returns its canonical form without asking the engine. A refusal is never remembered: it is asked
+again each time. The engine's parser and functions are those of the process, so a verdict cannot change
+while it runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,6 +57,9 @@ _OUTFILE = re.compile(r"\bINTO\s+OUTFILE\b", re.IGNORECASE)
 _SETTINGS = re.compile(r"\bSETTINGS\b")  # formatQuery writes keywords in capitals
 _SYNTAX_ERROR = 62  # (what EXPLAIN AST says of a statement that is no query, such as SYSTEM)
 _NODE = re.compile(r"^\s*(\S+)(?:\s+(\S+))?")
+VERDICTS_KEPT = 512
+"""Accepted statements a guard remembers (a dashboard's or a poller's repeated queries skip the parser)."""
+_KEPT_CHARS = 16_384  # a longer statement is checked every time (what is kept stays within ~8 MB a guard)
 
 
 class SqlGuard:
@@ -58,10 +68,26 @@ class SqlGuard:
     def __init__(self, run: Run) -> None:
         self._run = run
         self._table_functions: frozenset[str] | None = None
+        self._accepted: OrderedDict[bytes, str] = OrderedDict()
 
     def check(self, sql: str, parameters: Mapping[str, Any] | None = None) -> str:
         """The canonical form of ``sql`` if it is one read statement; else raise (module doc)."""
         params = dict(parameters or {})
+        key = _request_key(sql, params) if len(sql) <= _KEPT_CHARS else None
+        if key is not None:
+            canonical = self._accepted.get(key)
+            if canonical is not None:
+                self._accepted.move_to_end(key)
+                return canonical
+        canonical = self._verdict(sql, params)
+        if key is not None and len(canonical) <= _KEPT_CHARS:
+            self._accepted[key] = canonical
+            if len(self._accepted) > VERDICTS_KEPT:
+                self._accepted.popitem(last=False)
+        return canonical
+
+    def _verdict(self, sql: str, params: dict[str, Any]) -> str:
+        """Ask the engine (module doc): the canonical statement, or raise."""
         try:
             canonical = str(self._run("SELECT formatQuery({q:String})", {"q": sql})[0][0])
         except Exception as exc:  # noqa: BLE001 - the parser's refusal, whatever the driver wraps it in
@@ -100,6 +126,19 @@ class SqlGuard:
             rows = self._run("SELECT name FROM system.table_functions", {})
             self._table_functions = frozenset(str(r[0]).lower() for r in rows) | {"file", "url", "remote", "s3"}
         return self._table_functions
+
+
+def _request_key(sql: str, params: Mapping[str, Any]) -> bytes | None:
+    """A digest of the statement and its parameters (names, types and values), for the verdicts kept;
+    None for parameters that cannot be written out (nested too deep, an int too long): not kept."""
+    h = hashlib.blake2b(sql.encode("utf-8", "surrogatepass"), digest_size=20)
+    try:
+        for name in sorted(params, key=str):
+            value = params[name]
+            h.update(b"\0" + repr((str(name), type(value).__qualname__, value)).encode("utf-8", "surrogatepass"))
+    except (RecursionError, ValueError):
+        return None
+    return h.digest()
 
 
 def _first_line(exc: BaseException) -> str:
