@@ -15,7 +15,8 @@ For each size N (``--sizes``, default 100k, 300k, 1M events) and each repeat (``
    idle timeout 1 s and idle clock rate 1000 so the tail of turns finalises
    within seconds after the backlog). Clock: from ``Popen`` until
    ``SELECT count() FROM events`` on the worker's read endpoint reaches N
-   (polled every 0.25 s). Also reported: the same rate counted from the moment
+   (asked every 0.25 s once the rate so far puts the end within a second, up to every 2 s
+   before: each query costs the run process CPU). Also reported: the same rate counted from the moment
    the read endpoint answers (startup excluded).
 3. freshness: once the final rewards stop changing, every record of the
    rewards topic is read with its Kafka timestamp (the time the worker emitted
@@ -35,7 +36,7 @@ For each size N (``--sizes``, default 100k, 300k, 1M events) and each repeat (``
 4. memory: ``VmHWM`` (peak RSS) from /proc after all turns are finalised, of the
    ``rewardflow run`` process (the sink and the embedded engine) and of its largest worker
    process, beside the number of finalised turns, and the run process's RSS right after its
-   read endpoint came up (its startup floor). Every 2 s it also samples the run process's
+   read endpoint came up (its startup floor). Every 8 s it also samples the run process's
    anonymous and file-backed RSS and what the engine accounts for (``system.metrics``,
    ``system.parts``, ``system.jemalloc_stats``); the report prints the sample of largest
    anonymous RSS and the last one, and ``memory_series`` in the JSON holds them all. What the
@@ -178,6 +179,15 @@ def rewardflow_exe() -> list[str]:
 
 def scalar(reader: RemoteReader, sql: str) -> int:
     return int(reader.query_arrow(sql).column(0)[0].as_py())
+
+
+def count_wait(count: int, n_events: int, rows_for_s: float | None) -> float:
+    """Seconds until the count is asked again: a quarter of the time the rows left take at the rate so
+    far, between 0.25 s (the end within a second) and 2 s; 0.25 s before the first row."""
+    if not count or not rows_for_s or rows_for_s <= 0:
+        return 0.25
+    left_s = (n_events - count) / (count / rows_for_s)
+    return min(2.0, max(0.25, left_s / 4))
 
 
 def sample_merges(reader: RemoteReader, peaks: dict[str, float]) -> None:
@@ -379,29 +389,38 @@ def run_pipeline(settings: Settings, n_events: int, n_turns: int, workdir: Path,
         if paced is not None:
             paced.start()
         reader = RemoteReader(url, token=read_local_token(settings.home), timeout=60)  # (the owner writes it)
-        count, t_first, max_rss, polls = 0, None, 0.0, 0
+        count, t_first, max_rss = 0, None, 0.0
         merge_mb: dict[str, float] = {}  # the largest memory a running merge took, by table
-        series: list[dict[str, float]] = []  # the run process's memory and the engine's share, every 2 s
+        series: list[dict[str, float]] = []  # the run process's memory and the engine's share, every 8 s
+        # Each query costs the run process ~5-20 ms of CPU (bench/README.md, "What the polling costs"), so
+        # the count is asked as often as the end needs: every 0.25 s once the rate says the end is within
+        # a second, up to every 2 s before. /proc (RSS, CPU) is read every 0.25 s: it costs the run nothing.
+        next_count = next_merges = next_memory = time.perf_counter()
         while count < n_events:
             check()
             if paced is not None and paced.error is not None:
                 raise SystemExit(f"the paced producer failed: {paced.error!r}")
             time.sleep(0.25)
-            try:
-                # every event accounted for: stored as valid, or routed late (the simulated clients
-                # deliver some events long after their turn; those never reach `events`)
-                count = scalar(reader, "SELECT (SELECT count() FROM events) + (SELECT count() FROM late_events)")
-            except Exception:  # noqa: BLE001 - the table may not be migrated for a moment
-                count = 0
-            if count and t_first is None:
-                t_first = time.perf_counter()
+            now = time.perf_counter()
             max_rss = max(max_rss, proc_status(proc.pid, "VmRSS") or 0.0)
             cpu.sample()
-            polls += 1
-            if polls % 4 == 0:
+            if now >= next_count:
+                try:
+                    # every event accounted for: stored as valid, or routed late (the simulated clients
+                    # deliver some events long after their turn; those never reach `events`)
+                    count = scalar(reader, "SELECT (SELECT count() FROM events) + (SELECT count() FROM late_events)")
+                except Exception:  # noqa: BLE001 - the table may not be migrated for a moment
+                    count = 0
+                now = time.perf_counter()
+                if count and t_first is None:
+                    t_first = now
+                next_count = now + count_wait(count, n_events, None if t_first is None else now - t_first)
+            if now >= next_merges:
                 sample_merges(reader, merge_mb)
-            if polls % 8 == 0:
-                series.append(memory_sample(reader, proc.pid, time.perf_counter() - t0))
+                next_merges = now + 2.0
+            if now >= next_memory:
+                series.append(memory_sample(reader, proc.pid, now - t0))
+                next_memory = now + 8.0
         t_done = time.perf_counter()
         out["cpu"] = cpu.totals(n_events, t_done - t0)
         out.update(seconds=t_done - t0, startup_seconds=t_ready - t0,
