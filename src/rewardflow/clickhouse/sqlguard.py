@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -69,21 +70,24 @@ class SqlGuard:
         self._run = run
         self._table_functions: frozenset[str] | None = None
         self._accepted: OrderedDict[bytes, str] = OrderedDict()
+        self._kept_lock = threading.Lock()  # (the verdicts kept may be shared, whatever the rest of the guard)
 
     def check(self, sql: str, parameters: Mapping[str, Any] | None = None) -> str:
         """The canonical form of ``sql`` if it is one read statement; else raise (module doc)."""
         params = dict(parameters or {})
         key = _request_key(sql, params) if len(sql) <= _KEPT_CHARS else None
         if key is not None:
-            canonical = self._accepted.get(key)
-            if canonical is not None:
-                self._accepted.move_to_end(key)
-                return canonical
+            with self._kept_lock:
+                kept = self._accepted.get(key)
+                if kept is not None:
+                    self._accepted.move_to_end(key)
+                    return kept
         canonical = self._verdict(sql, params)
         if key is not None and len(canonical) <= _KEPT_CHARS:
-            self._accepted[key] = canonical
-            if len(self._accepted) > VERDICTS_KEPT:
-                self._accepted.popitem(last=False)
+            with self._kept_lock:
+                self._accepted[key] = canonical
+                while len(self._accepted) > VERDICTS_KEPT:
+                    self._accepted.popitem(last=False)
         return canonical
 
     def _verdict(self, sql: str, params: dict[str, Any]) -> str:
