@@ -6,7 +6,9 @@ and returns. ``on_stopped`` callbacks run after the worker has stopped, in
 order — the sink uses this to flush and commit last.
 
 Exit codes: 0 after a stop it was asked for, even when one of Faust's services crashed during that
-stop (logged as a warning); 1 when the app crashed before any stop was asked for (the worker stops
+stop (logged as a warning; a stop that has not ended :data:`CRASH_STOP_ASKED_S` after such a crash is
+ended hard, still 0: offsets are committed only for records whose outputs were acknowledged, so
+nothing a hard end skips is lost); 1 when the app crashed before any stop was asked for (the worker stops
 itself, so that its supervisor starts it again); 75 when it left its group over a stall or an
 assignment it cannot serve (:mod:`rewardflow_streams.watch`).
 """
@@ -35,6 +37,7 @@ log = logging.getLogger("rewardflow.streams")
 GC_THRESHOLDS = (100_000, 50, 100)
 CRASH_POLL_S = 0.5
 CRASH_STOP_S = 60.0  # a crashed worker that has not stopped this long after its SIGTERM is ended hard
+CRASH_STOP_ASKED_S = 20.0  # a stop asked for, not ended this long after a crash during it, is ended hard
 
 
 def tune_gc() -> None:
@@ -81,17 +84,35 @@ async def exit_on_crash(app: Any, stop: Callable[[], None], stopping: Callable[[
     while not app.crashed:
         await asyncio.sleep(poll_s)
     if stopping():
+        end_hard_after(CRASH_STOP_ASKED_S, 0, f"the worker's Faust app crashed while stopping as asked "
+                       f"({app.crash_reason!r}), and the stop has not ended {CRASH_STOP_ASKED_S:g} s later; ending "
+                       "it hard with exit code 0: offsets are committed only for records whose outputs were "
+                       "acknowledged, so whatever this stop did not commit is read again by the partitions' next owner")
         return
     log.error("the worker's Faust app crashed (%r); stopping, with exit code 1, so that its supervisor "
               "(rewardflow run) starts it again", app.crash_reason)
     stop()
 
 
-def _stop_crashed() -> None:
-    """Faust's graceful stop (which exits 1 for a crashed app), or a hard exit if that hangs."""
-    hard = threading.Timer(CRASH_STOP_S, os._exit, (1,))
+def end_hard_after(seconds: float, code: int, message: str = "") -> threading.Timer:
+    """End the process with ``code`` (``os._exit``: no cleanup) unless it ended within ``seconds``;
+    ``message`` is logged as an error first. The timer is a daemon thread, started here."""
+
+    def end() -> None:
+        if message:
+            log.error("%s", message)
+        os._exit(code)
+
+    hard = threading.Timer(seconds, end)
     hard.daemon = True
     hard.start()
+    return hard
+
+
+def _stop_crashed() -> None:
+    """Faust's graceful stop (which exits 1 for a crashed app), or a hard exit if that hangs."""
+    end_hard_after(CRASH_STOP_S, 1, f"the crashed worker has not stopped {CRASH_STOP_S:.0f} s after its SIGTERM; "
+                                    "ending it hard with exit code 1")
     os.kill(os.getpid(), signal.SIGTERM)
 
 
