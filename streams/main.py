@@ -74,7 +74,8 @@ class Worker(faust.Worker):
 async def exit_on_crash(app: Any, stop: Callable[[], None], stopping: Callable[[], bool] = lambda: False,
                         poll_s: float = CRASH_POLL_S) -> None:
     """Once any of the app's services crashed, call ``stop`` and return; only return when ``stopping()``
-    says a stop was asked for already (the crash is then part of that stop).
+    says a stop was asked for already (the crash is then part of that stop, and a hard end with 0 is
+    armed in case that stop hangs: :data:`CRASH_STOP_ASKED_S`).
 
     Faust runs its services' start and background work in tasks; an exception there (seen: an
     ``InvalidStateError`` of a changelog topic's creation while a rebalance hit a starting worker)
