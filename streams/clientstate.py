@@ -1,4 +1,5 @@
-"""What aiokafka's fetcher holds for a partition, for the stall watch's log lines.
+"""What aiokafka's fetcher holds for a partition, for the stall watch's log lines, and the one
+remedy that reaches into it: closing a connection whose fetch is never answered.
 
 A worker's raw partition can stall with Faust's side in order (read offset, fetch set, flow): the
 cause then lies in the Kafka client underneath. :func:`client_state` says what that client holds
@@ -7,9 +8,11 @@ fetch position, whether the fetcher's background routine still runs, and each fe
 flight: the partitions and offsets it asked for, whether it belongs to the current assignment, and
 the chain of awaits it is suspended in (down to the future it waits on).
 
-Contract: read-only. It reads private fields of aiokafka (0.14) from Faust's event loop while the
-consumer's own thread runs, so a value can be a moment old; it is a diagnosis, never a decision.
-It never raises: with another aiokafka, or a consumer that is not aiokafka's, it returns ''.
+Contract: :func:`client_state` is read-only. It reads private fields of aiokafka (0.14) from
+Faust's event loop while the consumer's own thread runs, so a value can be a moment old; it is a
+diagnosis, never a decision. :func:`close_unanswered_fetches` changes one thing, on the consumer's
+own loop: it closes connections. Neither raises: with another aiokafka, or a consumer that is not
+aiokafka's, they return ''.
 """
 
 from __future__ import annotations
@@ -44,6 +47,40 @@ def client_state(consumer: Any, tp: Any) -> str:
                 f"connections {conns}")
     except Exception:  # noqa: BLE001 - another aiokafka, or not one: say nothing
         return ""
+
+
+def close_unanswered_fetches(consumer: Any) -> str:
+    """Close each fetch connection (aiokafka's default group) to a node with a fetch in flight that
+    still awaits an answer: ``"node 1"``, or '' when there is none or the client cannot be read.
+
+    Why: aiokafka waits for a fetch's answer up to its request timeout (Faust's
+    ``broker_request_timeout``, 90 s), longer than the stall watch. A fetch a broker never answers
+    (seen once on a connection opened as the broker came back from a restart) holds every partition
+    of that node for the whole of it. Closed, the request fails at once with a connection error and
+    the fetcher asks again on a new connection after its retry backoff; other requests on the
+    connection fail the same way and are retried by their callers. The close is scheduled on the
+    consumer thread's loop (the connection belongs to it) and has happened or is about to when this
+    returns; the group coordinator's connection is left alone.
+    """
+    try:
+        thread = consumer._thread
+        client = thread._consumer
+        in_flight = set(client._fetcher._in_flight)
+        stuck = [(key, conn) for key, conn in list(client._client._conns.items())
+                 if key[0] in in_flight and int(key[1]) == 0 and conn.connected() and len(conn._requests)]
+        loop = thread.thread_loop
+        for _, conn in stuck:
+            loop.call_soon_threadsafe(_close, conn)
+    except Exception:  # noqa: BLE001 - another aiokafka, or not one: nothing to close
+        return ""
+    return ", ".join(f"node {key[0]}" for key, _ in stuck)
+
+
+def _close(conn: Any) -> None:
+    """Close ``conn`` as aiokafka closes one whose request timed out (so the client refreshes its metadata)."""
+    from aiokafka.conn import CloseReason
+
+    conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
 
 
 def _short(tp: Any) -> str:

@@ -10,6 +10,9 @@ starts its own timers only after a recovery; this must run during one), and look
   ``worker_stall_timeout_s`` (judged from the end of the last assignment's recovery) is put back in
   the fetch set and sought back to that committed offset, once (what is not committed is delivered
   again, records processed already included); stalled again, the worker leaves.
+* Both first remedies also close any fetch connection whose request is still unanswered
+  (:func:`~rewardflow_streams.clientstate.close_unanswered_fetches`), so a fetch a broker never
+  answers is asked again at once rather than at the client's request timeout.
 * **Leaving** (:meth:`WorkerWatch.leave`): a clean stop through Faust's SIGTERM path (flush, commit,
   leave the group), then exit 75 (:data:`~rewardflow_streams.recovery.EXIT_RECOVERY_STALLED`), so
   a fresh member of the group takes the partitions over; ``rewardflow run`` starts the worker again.
@@ -30,6 +33,7 @@ from typing import Any, cast
 
 from rewardflow.settings import Settings
 from rewardflow_streams import bulk
+from rewardflow_streams.clientstate import close_unanswered_fetches
 from rewardflow_streams.metrics import WorkerMetrics
 from rewardflow_streams.recovery import (EXIT_RECOVERY_STALLED, RecoveryWatch, fetch_state, snapshot,
                                          stalled_processing)
@@ -112,9 +116,9 @@ class WorkerWatch:
         self.recovery.nudge(tps, now)
         self.metrics.counters["stalls_resumed"] += 1
         log.warning("changelog partition(s) %s have records left to restore and received nothing for %.0f s (%s): "
-                    "sought back to offset(s) %s", ", ".join(str(tp.partition) for tp in tps),
+                    "sought back to offset(s) %s%s", ", ".join(str(tp.partition) for tp in tps),
                     self.settings.worker_stall_timeout_s, "; ".join(f"{tp.partition}: {seen[tp]}" for tp in tps),
-                    ", ".join(str(targets[tp]) for tp in tps))
+                    ", ".join(str(targets[tp]) for tp in tps), _closed(consumer))
 
     async def _check_processing(self, now: float) -> None:
         """Leave the group when an assigned raw partition has records behind and none processed for the timeout."""
@@ -138,10 +142,10 @@ class WorkerWatch:
                 await consumer.seek(tp, targets[p])
                 self._progress[p] = now  # judged again from now
             log.warning("raw partition(s) %s had records to process (%s) and none was processed for %.0f s (%s; %s): "
-                        "resumed their fetching from offset(s) %s", ", ".join(map(str, fresh)),
+                        "resumed their fetching from offset(s) %s%s", ", ".join(map(str, fresh)),
                         ", ".join(str(behind[p]) for p in fresh), self.settings.worker_stall_timeout_s,
                         "; ".join(f"{p}: {seen[p]}" for p in fresh), _loop_state(consumer) + self._outputs(),
-                        ", ".join(str(targets[p]) for p in fresh))
+                        ", ".join(str(targets[p]) for p in fresh), _closed(consumer))
             self.metrics.counters["stalls_resumed"] += 1
         elif stalled and not self.exit_code:
             self.leave(f"raw partition(s) {', '.join(map(str, stalled))} have records to process "
@@ -184,6 +188,13 @@ async def _position(consumer: Any, tp: Any) -> int | None:
             return cast(int | None, await consumer.position(tp))
     except Exception:  # noqa: BLE001 - a diagnosis only
         return None
+
+
+def _closed(consumer: Any) -> str:
+    """Close the connections whose fetch is still unanswered (:func:`close_unanswered_fetches`), for a
+    first remedy's log line: ``"; closed the fetch connection(s) still awaiting an answer: node 1"`` or ''."""
+    closed = close_unanswered_fetches(consumer)
+    return f"; closed the fetch connection(s) still awaiting an answer: {closed}" if closed else ""
 
 
 def _loop_state(consumer: Any) -> str:
