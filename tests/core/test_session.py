@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rewardflow.core.config import JSON_OPTS
@@ -203,4 +203,33 @@ def test_pruning_seen_ids_in_order_or_not_is_the_plain_filter(steps: list[tuple[
             s.prune(clock, dedup, 10**12, 0)
             assert list(s.seen.items()) == [(k, v) for k, v in before.items() if v[0] >= limit]
             assert not s.seen or s.seen_floor() <= min(v[0] for v in s.seen.values())  # (a floor, never above)
+        assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+
+
+_tricky_ids = st.lists(st.text(alphabet=st.sampled_from(['a', 'b', '"', '\\', ',', ':', '[', ']', '{', '}', 'é', '\x01']),
+                               max_size=6), unique=True, min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=_tricky_ids, cut=st.integers(0, 12), again=st.booleans())
+@example(ids=['x"a', "a"], cut=1, again=False)  # the kept id's entry, quoted and followed by ':', inside a pruned one
+@example(ids=["a", ',"a', "b"], cut=2, again=True)
+@example(ids=['",\\"a\\":', "\\", "a"], cut=2, again=False)
+def test_dropping_the_oldest_seen_ids_cuts_their_encoding_whatever_the_ids_hold(ids: list[str], cut: int,
+                                                                               again: bool) -> None:
+    """The kept encoding of ``seen`` loses the pruned ids' prefix by finding where the first kept id's
+    entry starts: ids holding quotes, backslashes, commas, colons and brackets (one id a prefix or a
+    suffix of another) must still cut at exactly that entry."""
+    s = SessionState("s1", 0)
+    for i, eid in enumerate(ids):
+        s.note_seen(eid, T0 + i, i, 0)
+    s.to_json()  # the encoding the prune cuts
+    s.prune(T0 + cut, 0, 10**12, 0)
+    assert list(s.seen) == ids[cut:]
+    assert s._seen_json is not None and s._seen_json[0] is s.seen  # cut, not encoded anew
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+    if again and s.seen:  # a later id, then a second cut of the cut encoding
+        s.note_seen('z"\\,"', T0 + 100, 100, 0)
+        s.to_json()
+        s.prune(T0 + cut + 1, 0, 10**12, 0)
         assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)

@@ -277,8 +277,10 @@ class SessionState:
         encoding (:meth:`to_json`) loses their prefix instead of being made again."""
         seen = self.seen
         drop = []
+        first_kept = None
         for k, v in seen.items():
             if v[0] >= limit:
+                first_kept = k
                 break
             drop.append(k)
         if not drop:  # (the floor was low: an id seen again moved on in place)
@@ -286,9 +288,7 @@ class SessionState:
             return
         last, rest = self._seen_json, None
         if last is not None and last[0] is seen and last[1] == len(seen):
-            # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
-            head = orjson.dumps({k: seen[k] for k in drop}, option=JSON_OPTS)
-            rest = b"{" + last[2][len(head):] if len(drop) < len(seen) else b"{}"
+            rest = b"{}" if first_kept is None else _from_key(last[2], first_kept)
         for k in drop:
             del seen[k]
         self._seen_json = None if rest is None else (seen, len(seen), rest)
@@ -410,6 +410,18 @@ def _without_prefix(last: tuple[Any, int, bytes] | None, source: dict[str, Any],
     # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
     head = orjson.dumps({k: as_obj(source[k]) for k in dropped}, option=JSON_OPTS)
     return kept, len(kept), b"{" + last[2][len(head):]
+
+
+def _from_key(encoded: bytes, key: str) -> bytes | None:
+    """``encoded`` (a JSON object whose values hold no string and no object, as ``seen``'s lists of
+    ints) less its entries before ``key``'s: ``'{"a":[1],"b":[2]}'`` from ``"b"`` is ``'{"b":[2]}'``;
+    None when ``key`` is not a later entry of it.
+
+    The cut is found, not measured: inside a JSON string a quote is always escaped, and these values
+    hold no string, so a comma followed by a quote starts an entry; ``,"<key>":`` then starts
+    ``key``'s entry and no other (keys are unique)."""
+    at = encoded.find(b"," + orjson.dumps(key) + b":")
+    return None if at < 0 else b"{" + encoded[at + 1:]
 
 
 def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
