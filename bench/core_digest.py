@@ -32,9 +32,12 @@ of the value, a small decoded cache so that states are decoded again): its
 digest must be the dict store's. It also prints what the worker's state changelog would
 carry: bytes and records an event. ``--batch-records`` sets the batch size
 (smaller batches wake sessions more often; a live stream's batches hold at most a record or
-two of a session, as ``--batch-records 20`` does here).
+two of a session, as ``--batch-records 20`` does here). ``--commit-lag N`` tells each batch the
+partition's committed offset as the worker does (the first offset of the batch N batches before;
+0: its own), so finalised turns pruned at an offset not yet committed are held as the worker
+holds them: the outputs digest does not move, the state digest does.
 
-    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk] [--batch-records N]
+    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk] [--batch-records N] [--commit-lag N]
 """
 
 from __future__ import annotations
@@ -62,11 +65,14 @@ _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int | None = None,
-        cached: int = 256) -> tuple[float, list[tuple[int, Outputs]], dict[int, PartitionProcessor]]:
+        cached: int = 256, commit_lag: int | None = None) -> tuple[float, list[tuple[int, Outputs]], dict[int, PartitionProcessor]]:
     """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors.
 
     An encoded store (``store="json"``) decodes states again beyond its ``cached`` most recent writes; it
-    checks every ``put_json`` against ``orjson.dumps`` when ``keep`` (the digest run), not when timed."""
+    checks every ``put_json`` against ``orjson.dumps`` when ``keep`` (the digest run), not when timed.
+    ``commit_lag``: each batch is told the partition's committed offset, the first offset of the batch
+    that many batches before it (0: its own first offset), as the worker tells it the group's commit;
+    None: the commit is unknown."""
     settings = load_settings()
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
     batch_records = batch_records or settings.worker_batch_records
@@ -75,23 +81,33 @@ def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int 
     offsets = dict.fromkeys(procs, 0)
     by_session: dict[bytes, int] = {}
     pending: dict[int, list[tuple[bytes | None, Any, int]]] = {p: [] for p in procs}
+    starts: dict[int, list[int]] = {p: [] for p in procs}  # each batch's first offset, per partition
     outs: list[tuple[int, Outputs]] = []
+
+    def committed(p: int, first: int) -> int | None:
+        if commit_lag is None:
+            return None
+        starts[p].append(first)
+        return starts[p][-1 - commit_lag] if len(starts[p]) > commit_lag else 0
+
     start = time.perf_counter()
     for key, value, headers in records:
         p = by_session.setdefault(key, len(by_session) % settings.partitions)
         pending[p].append((value, headers, offsets[p]))
         offsets[p] += 1
         if len(pending[p]) >= batch_records:
-            out = procs[p].process_batch(pending[p], 0)
+            out = procs[p].process_batch(pending[p], 0, committed(p, pending[p][0][2]))
             pending[p] = []
             if keep:
                 outs.append((p, out))
     for p, batch in pending.items():
-        out = procs[p].process_batch(batch, 0)
+        if not batch:
+            continue
+        out = procs[p].process_batch(batch, 0, committed(p, batch[0][2]))
         if keep:
             outs.append((p, out))
     for p, proc in procs.items():
-        out = proc.process_batch([(*_FAR_TICK, offsets[p])], 0)
+        out = proc.process_batch([(*_FAR_TICK, offsets[p])], 0, committed(p, offsets[p]))
         if keep:
             outs.append((p, out))
     return time.perf_counter() - start, outs, procs
@@ -127,6 +143,9 @@ def main() -> None:
     ap.add_argument("--store", choices=("dict", "json"), default="dict",
                     help="dict: the replay store; json: encoded values, as the worker's table")
     ap.add_argument("--batch-records", type=int, default=None, help="records per batch (default: the worker's)")
+    ap.add_argument("--commit-lag", type=int, default=None, metavar="BATCHES",
+                    help="tell each batch the partition's committed offset, as the worker does: the first "
+                         "offset of the batch this many batches before (0: its own); default: unknown")
     ap.add_argument("--shape", choices=("bursts", "sdk"), default="bursts",
                     help="bursts: bench_stream's records of whole turns (20-50 events); sdk: the e2e workload "
                          "(1.25 events a record), timed as the worker runs the core (encoded store, its GC settings)")
@@ -142,7 +161,8 @@ def main() -> None:
         tune_gc()
     else:
         records, cached = session_batches(args.events, args.format), 256
-    _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records, cached=cached)
+    _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records, cached=cached,
+                         commit_lag=args.commit_lag)
     rows, state = digest(outs, procs)
     print(f"digest outputs {rows}  ({args.events:,} events, {args.format}, {args.store} store, {args.shape})")
     print(f"digest state   {state}")
@@ -155,7 +175,8 @@ def main() -> None:
     times = []
     for _ in range(args.reps):
         gc.collect()
-        times.append(run(records, keep=False, store=args.store, batch_records=args.batch_records, cached=cached)[0])
+        times.append(run(records, keep=False, store=args.store, batch_records=args.batch_records, cached=cached,
+                         commit_lag=args.commit_lag)[0])
     if times:
         rates = [args.events / t for t in times]
         print(f"core: median {statistics.median(rates):,.0f} events/s ({', '.join(f'{r:,.0f}' for r in rates)})")
