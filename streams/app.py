@@ -125,6 +125,7 @@ class JoinWorker:
             table_standby_replicas=settings.table_standby_replicas,
             broker_commit_interval=1.0,
             broker_max_poll_records=settings.worker_batch_records,  # a fetch is one batch (bulk.py)
+            consumer_max_fetch_size=settings.worker_fetch_bytes,  # (aiokafka's max_partition_fetch_bytes)
             broker_session_timeout=settings.group_session_timeout_s,
             # a member learns of a rebalance at its next heartbeat: a worker that joins a running one
             # (rewardflow run --workers N starts them together; one joins first) waits at most 1 s

@@ -60,6 +60,15 @@ def test_worker_and_sink_take_the_group_session_timeout() -> None:
     assert consumer_config(s, "g")["session.timeout.ms"] == 12_000
 
 
+def test_the_worker_fetches_as_many_bytes_a_partition_as_set() -> None:
+    from rewardflow_streams.app import JoinWorker
+
+    assert JoinWorker(Settings(), web=False).app.conf.consumer_max_fetch_size == 4 * 1024 * 1024
+    assert JoinWorker(Settings(worker_fetch_bytes=1 << 20), web=False).app.conf.consumer_max_fetch_size == 1 << 20
+    with pytest.raises(ValueError, match="worker_fetch_bytes"):
+        Settings(worker_fetch_bytes=1024)
+
+
 def test_min_insync_above_the_replication_factor_fails_fast() -> None:
     with pytest.raises(ValueError, match="topic_min_insync_replicas .2. cannot exceed topic_replication_factor .1."):
         Settings(topic_min_insync_replicas=2)
