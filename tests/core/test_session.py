@@ -233,3 +233,37 @@ def test_dropping_the_oldest_seen_ids_cuts_their_encoding_whatever_the_ids_hold(
         s.to_json()
         s.prune(T0 + cut + 1, 0, 10**12, 0)
         assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=_tricky_ids, first=st.integers(0, 12), second=st.integers(0, 12))
+@example(ids=['x"a', "a", "b"], first=1, second=2)
+@example(ids=["a", ',"a":[', 'b"', "c"], first=2, second=3)
+def test_pruned_tombstones_cut_the_encodings_of_done_and_held_whatever_the_request_ids_hold(
+        ids: list[str], first: int, second: int) -> None:
+    """Tombstones under request ids holding quotes, backslashes, commas and brackets, with outcomes
+    holding nested objects keyed by those ids: the oldest go from ``done`` to ``held`` in two prunes
+    above the commit (at offsets 10 and 20), then the commit passes the first: each kept encoding is
+    cut from the last, and is orjson's."""
+    second = max(first, second)
+    done = {rid: Tombstone(T0 + i * 1000, i, T0 + i * 100, {"reward": 0.5, "h": {"30": i, rid: [i]}}, None, T0 + i)
+            for i, rid in enumerate(ids)}
+    s = SessionState("s1", 0, done=dict(done))
+    s.to_json()
+    for n, offset in ((first, 10), (second, 20)):
+        s.prune(T0 + n * 1000 - 1, 0, 0, closed_through=T0 + 10**9, keep_offset=0, offset=offset)
+        assert list(s.done) == ids[n:] and list(s.held) == ids[:n]
+        assert s._done_json is not None and s._done_json[0] is s.done  # cut from the kept bytes, not encoded anew
+        assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+    s.prune(T0 + second * 1000 - 1, 0, 0, closed_through=T0 + 10**9, keep_offset=15, offset=21)
+    assert list(s.held) == ids[min(first, len(ids)):min(second, len(ids))]  # the commit passed offset 10 only
+    if s.held:
+        assert s._held_json is not None and s._held_json[0] is s.held
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+
+
+def test_a_tombstone_is_encoded_once_and_its_stored_form_is_one_list() -> None:
+    t = Tombstone(T0, 1, T0, {"reward": 1.0}, None, T0, 2)
+    assert t.to_obj() is t.to_obj() and t.encoded() is t.encoded()
+    assert t.encoded() == orjson.dumps([T0, 1, T0, {"reward": 1.0}, None, T0, 2], option=JSON_OPTS)
+    assert Tombstone.from_obj(orjson.loads(t.encoded())) == t
