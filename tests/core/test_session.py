@@ -260,10 +260,3 @@ def test_pruned_tombstones_cut_the_encodings_of_done_and_held_whatever_the_reque
     if s.held:
         assert s._held_json is not None and s._held_json[0] is s.held
     assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
-
-
-def test_a_tombstone_is_encoded_once_and_its_stored_form_is_one_list() -> None:
-    t = Tombstone(T0, 1, T0, {"reward": 1.0}, None, T0, 2)
-    assert t.to_obj() is t.to_obj() and t.encoded() is t.encoded()
-    assert t.encoded() == orjson.dumps([T0, 1, T0, {"reward": 1.0}, None, T0, 2], option=JSON_OPTS)
-    assert Tombstone.from_obj(orjson.loads(t.encoded())) == t

@@ -61,9 +61,6 @@ class Tombstone:
     turn: list[Any] | None = None  # the turn's state, kept for corrections (None: corrections off, or an orphan)
     deadline: int = 0  # anchor + settle when it was finalised
     revs: list[list[Any]] = field(default_factory=list)
-    # to_obj's value and its encoding, each made once (a tombstone is never changed in place); never persisted
-    _obj: list[Any] | None = field(default=None, repr=False, compare=False)
-    _json: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def rev(self) -> int:
@@ -71,21 +68,10 @@ class Tombstone:
         return int(self.revs[-1][0]) if self.revs else 0
 
     def to_obj(self) -> list[Any]:
-        """The stored form; the same list at every call (callers must not change it)."""
-        obj = self._obj
-        if obj is None:
-            obj = [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts, self.n]
-            if self.turn is not None:  # (the common shape without corrections: state written before them reads the same)
-                obj += [self.turn, self.deadline, self.revs]
-            self._obj = obj
-        return obj
-
-    def encoded(self) -> bytes:
-        """``orjson.dumps(self.to_obj(), option=JSON_OPTS)``, made once."""
-        data = self._json
-        if data is None:
-            data = self._json = orjson.dumps(self.to_obj(), option=JSON_OPTS)
-        return data
+        base = [self.wm, self.offset, self.served_ts, self.outcome, self.orphan, self.first_ts, self.n]
+        if self.turn is None:  # (the common shape without corrections: state written before them reads the same)
+            return base
+        return [*base, self.turn, self.deadline, self.revs]
 
     @classmethod
     def from_obj(cls, o: list[Any]) -> Tombstone:
@@ -232,7 +218,7 @@ class SessionState:
                             if k in self.held:
                                 self._held_json = None  # a value replaced in place: encode anew
                             self.held[k] = (offset, x)
-                    self._done_json = _without_prefix(self._done_json, done, kept, dropped, _done_entry) if first else None
+                    self._done_json = _without_prefix(self._done_json, done, kept, dropped, Tombstone.to_obj) if first else None
                     self.done = done = kept
                     self._load = None
                     break
@@ -249,7 +235,7 @@ class SessionState:
                         else:
                             gone.append(k)
                             first = first and not kept_held
-                    self._held_json = (_without_prefix(self._held_json, holding, kept_held, gone, _held_entry)
+                    self._held_json = (_without_prefix(self._held_json, holding, kept_held, gone, _held_obj)
                                        if first else None)
                     self.held = kept_held
                     break
@@ -370,12 +356,12 @@ class SessionState:
         if obj is None:
             obj = self.to_obj()
         s = self._seen_json = _encoded(self._seen_json, self.seen, self.seen)
-        d = self._done_json = _encoded(self._done_json, self.done, obj[4], _done_entry)
+        d = self._done_json = _encoded(self._done_json, self.done, obj[4])
         head = orjson.dumps(obj[:2], option=JSON_OPTS)  # '[sid,partition]'
         turns = b",".join([t.encoded()[1] for t in self.turns.values()])
         floor = orjson.dumps(obj[5], option=JSON_OPTS)
         if len(obj) > 6:  # ...,seen_floor,{held}]
-            h = self._held_json = _encoded(self._held_json, self.held, obj[6], _held_entry)
+            h = self._held_json = _encoded(self._held_json, self.held, obj[6])
             return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b",", h[2], b"]"))
         return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b"]"))
 
@@ -412,28 +398,18 @@ def _held_obj(h: tuple[int, Tombstone]) -> list[Any]:
     return [h[0], h[1].to_obj()]
 
 
-def _done_entry(key: str, tomb: Tombstone) -> bytes:
-    """``"key":<tombstone>``, one entry of ``done``'s encoding, from the tombstone's kept encoding."""
-    return orjson.dumps(key) + b":" + tomb.encoded()
-
-
-def _held_entry(key: str, held: tuple[int, Tombstone]) -> bytes:
-    """``"key":[offset,<tombstone>]``, one entry of ``held``'s encoding (the offset is an int)."""
-    return b"%s:[%d,%s]" % (orjson.dumps(key), held[0], held[1].encoded())
-
-
 def _without_prefix(last: tuple[Any, int, bytes] | None, source: dict[str, Any], kept: dict[str, Any],
-                    dropped: list[str], entry: Callable[[str, Any], bytes]) -> tuple[Any, int, bytes] | None:
+                    dropped: list[str], as_obj: Callable[[Any], Any]) -> tuple[Any, int, bytes] | None:
     """The encoding of ``kept`` (``source`` less its first entries, ``dropped``) cut from ``last``, the
-    encoding of ``source`` (``entry(key, value)`` gives each of its entries); None when ``last`` is not
+    encoding of ``source`` (each value's JSON form is ``as_obj(value)``); None when ``last`` is not
     that (then :func:`_encoded` encodes anew)."""
     if last is None or last[0] is not source or last[1] != len(source):
         return None
     if not kept:
         return kept, 0, b"{}"
-    # '{a,b,c}' less '{a,b}' is '{' + 'c}': the dropped entries and the comma after each go
-    cut = sum([len(entry(k, source[k])) for k in dropped]) + len(dropped)
-    return kept, len(kept), b"{" + last[2][1 + cut:]
+    # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
+    head = orjson.dumps({k: as_obj(source[k]) for k in dropped}, option=JSON_OPTS)
+    return kept, len(kept), b"{" + last[2][len(head):]
 
 
 def _from_key(encoded: bytes, key: str) -> bytes | None:
@@ -448,23 +424,15 @@ def _from_key(encoded: bytes, key: str) -> bytes | None:
     return None if at < 0 else b"{" + encoded[at + 1:]
 
 
-def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any],
-             entry: Callable[[str, Any], bytes] | None = None) -> tuple[Any, int, bytes]:
-    """The encoding of ``values`` (``source``'s JSON form, same keys in the same order), from ``last``.
-    With ``entry``, each entry's bytes are ``entry(key, source[key])`` (byte for byte what orjson
-    writes for that entry of ``values``) instead of orjson's encoding of ``values``."""
+def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
+    """The encoding of ``values`` (``source``'s JSON form, same keys in the same order), from ``last``."""
     n = len(source)
-    if last is not None and last[0] is source and last[1] == n:
+    if last is None or last[0] is not source or last[1] > n:
+        return source, n, orjson.dumps(values, option=JSON_OPTS)
+    if last[1] == n:
         return last
-    grown = last is not None and last[0] is source and last[1] < n
-    start = last[1] if grown and last is not None else 0
-    if entry is None:
-        tail = orjson.dumps(dict(islice(values.items(), start, None)) if start else values, option=JSON_OPTS)
-    else:
-        tail = b"{" + b",".join([entry(k, v) for k, v in islice(source.items(), start, None)]) + b"}"
-    if start and last is not None:
-        return source, n, last[2][:-1] + b"," + tail[1:]
-    return source, n, tail
+    tail = orjson.dumps(dict(islice(values.items(), last[1], None)), option=JSON_OPTS)
+    return source, n, (last[2][:-1] + b"," + tail[1:]) if last[1] else tail
 
 
 def tombstone_checkpoint(t: Tombstone) -> str:
