@@ -127,7 +127,7 @@ def test_pruning_the_oldest_tombstones_cuts_the_kept_encodings_of_done_and_held(
     s = SessionState("s1", 0, done=dict(done))
     s.to_json()
     s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=7, offset=9)  # r0, r1: the oldest, held
-    assert s._done_json is not None and s._done_json[0] is s.done  # cut from the kept bytes, not encoded anew
+    assert s._done_json is not None and s._done_json.of(s.done)  # cut from the kept bytes, not encoded anew
     assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
     held = s._held_json
     assert held is not None and list(s.held) == ["r0", "r1"]
@@ -136,10 +136,30 @@ def test_pruning_the_oldest_tombstones_cuts_the_kept_encodings_of_done_and_held(
     s.finalise("r9", Tombstone(T0, 9, T0 - 50, None, None, T0))  # an old one last: a prune leaves a gap
     s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=8, offset=10)
     assert list(s.done) == ["r2", "r3", "r4"] and list(s.held) == ["r0", "r1", "r9"]
+    assert s._done_json is not None and s._done_json.of(s.done)  # a gap too: the kept entries' bytes
     assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
     s.prune(T0 + 2500, 0, 1000, closed_through=T0 + 1000, keep_offset=10, offset=11)  # the commit passed 9
-    assert list(s.held) == ["r9"] and s._held_json is not None and s._held_json[0] is s.held  # cut, not anew
+    assert list(s.held) == ["r9"] and s._held_json is not None and s._held_json.of(s.held)  # cut, not anew
     assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+
+
+def test_a_tombstone_is_encoded_once_from_done_to_held_and_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finalised, written, pruned into ``held`` above the commit, then out of it: the tombstone's JSON
+    form is made when it is first written and never again; every write is orjson's bytes."""
+    s = SessionState("s1", 0)
+    s.finalise("r0", Tombstone(T0, 0, T0, {"reward": 1.0, "r0": [1]}, None, T0))
+    s.to_json()
+    made: list[int] = []
+    to_obj = Tombstone.to_obj
+    monkeypatch.setattr(Tombstone, "to_obj", lambda t: made.append(t.offset) or to_obj(t))
+    s.finalise("r1", Tombstone(T0 + 5000, 1, T0 + 5000, {"reward": 0.0}, None, T0 + 5000))  # added in the batch
+    s.prune(T0 + 2000, 0, 1000, closed_through=T0 + 10**6, keep_offset=3, offset=4)
+    assert list(s.held) == ["r0"] and list(s.done) == ["r1"]
+    assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+    s.prune(T0 + 2000, 0, 1000, closed_through=T0 + 10**6, keep_offset=5, offset=6)
+    assert s.held == {} and s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
+    assert made.count(1) == 1
+    assert made.count(0) == 2  # only for to_obj's value of held (the write's and the check's), not encoded
 
 
 _ops = st.lists(st.one_of(
@@ -253,10 +273,10 @@ def test_pruned_tombstones_cut_the_encodings_of_done_and_held_whatever_the_reque
     for n, offset in ((first, 10), (second, 20)):
         s.prune(T0 + n * 1000 - 1, 0, 0, closed_through=T0 + 10**9, keep_offset=0, offset=offset)
         assert list(s.done) == ids[n:] and list(s.held) == ids[:n]
-        assert s._done_json is not None and s._done_json[0] is s.done  # cut from the kept bytes, not encoded anew
+        assert s._done_json is not None and s._done_json.of(s.done)  # cut from the kept bytes, not encoded anew
         assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)
     s.prune(T0 + second * 1000 - 1, 0, 0, closed_through=T0 + 10**9, keep_offset=15, offset=21)
     assert list(s.held) == ids[min(first, len(ids)):min(second, len(ids))]  # the commit passed offset 10 only
     if s.held:
-        assert s._held_json is not None and s._held_json[0] is s.held
+        assert s._held_json is not None and s._held_json.of(s.held)
     assert s.to_json() == orjson.dumps(s.to_obj(), option=JSON_OPTS)

@@ -28,7 +28,7 @@ rewritten whole, mostly with all but one turn unchanged).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from rewardflow.core.config import JSON_OPTS
+from rewardflow.core.entries import Entries, encode, entry, joined, reframed
 from rewardflow.core.turn import TurnState
 
 
@@ -92,10 +93,14 @@ class SessionState:
     # whether ``seen`` is in event-time order, oldest first (None: not known), and then its newest ts
     _seen_sorted: bool | None = field(default=None, repr=False, compare=False)
     _seen_top: int = field(default=0, repr=False, compare=False)
-    # to_json's encodings of seen, done and held: (the dict encoded, its length then, the bytes); never persisted
+    # to_json's encodings of seen (the dict encoded, its length then, the bytes), done and held; never persisted
     _seen_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
-    _done_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
-    _held_json: tuple[Any, int, bytes] | None = field(default=None, repr=False, compare=False)
+    _done_json: Entries | None = field(default=None, repr=False, compare=False)
+    _held_json: Entries | None = field(default=None, repr=False, compare=False)
+    # to_obj's form of done (the dict, its length then, the forms), and done's oldest (the dict, its
+    # length then, the lowest wm, the lowest first_ts or None); kept while done only grows, never persisted
+    _done_obj: tuple[Any, int, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    _done_min: tuple[Any, int, int, int | None] | None = field(default=None, repr=False, compare=False)
     # [turns, events] of the open turns and of every tombstone in ``done`` (never below what
     # :meth:`live_load` counts), and the (watermark, closed-through) it was last made exact at
     _load: list[int] | None = field(default=None, repr=False, compare=False)
@@ -165,8 +170,8 @@ class SessionState:
     def finalise(self, request_id: str, tomb: Tombstone) -> None:
         """Record a finalised turn's tombstone, or replace it with its next revision (corrections.py);
         a tombstone is never changed in place."""
-        if request_id in self.done:
-            self._done_json = None  # replaced in place: encode anew (new tombstones are appended)
+        if request_id in self.done:  # replaced in place: made anew (new tombstones are appended)
+            self._done_json = self._done_obj = self._done_min = None
         self.done[request_id] = tomb
 
     def seen_floor(self) -> int:
@@ -203,49 +208,26 @@ class SessionState:
         done = self.done
         if done:
             limit = wm - keep_done_ms
-            for t in done.values():
-                if t.wm < limit and t.served_ts < closed_through:  # something to drop: filter (keeps order)
-                    kept: dict[str, Tombstone] = {}
-                    dropped: list[str] = []
-                    first = True  # every dropped tombstone comes before every kept one
-                    for k, x in done.items():
-                        if x.wm >= limit or x.served_ts >= closed_through:
-                            kept[k] = x
-                            continue
-                        dropped.append(k)
-                        first = first and not kept
-                        if keep_offset is not None and offset >= keep_offset:
-                            if k in self.held:
-                                self._held_json = None  # a value replaced in place: encode anew
-                            self.held[k] = (offset, x)
-                    self._done_json = _without_prefix(self._done_json, done, kept, dropped, Tombstone.to_obj) if first else None
-                    self.done = done = kept
-                    self._load = None
-                    break
+            if self.done_oldest()[0] < limit:
+                for t in done.values():
+                    if t.wm < limit and t.served_ts < closed_through:  # something to drop
+                        self._drop_done(limit, closed_through, keep_offset, offset)
+                        done = self.done
+                        break
         if self.held and keep_offset is not None:
-            holding = self.held
-            for h in holding.values():
+            for h in self.held.values():
                 if h[0] < keep_offset:  # something to drop (otherwise the dict, and its encoding, stay)
-                    kept_held: dict[str, tuple[int, Tombstone]] = {}
-                    gone: list[str] = []
-                    first = True
-                    for k, h in holding.items():
-                        if h[0] >= keep_offset:
-                            kept_held[k] = h
-                        else:
-                            gone.append(k)
-                            first = first and not kept_held
-                    self._held_json = (_without_prefix(self._held_json, holding, kept_held, gone, _held_obj)
-                                       if first else None)
-                    self.held = kept_held
+                    self._drop_held(keep_offset)
                     break
         if self.seen:
             limit = (wm if seen_wm is None or wm <= seen_wm else seen_wm) - dedup_ms
             for turn in self.turns.values():  # an open turn's events must stay known, or a resend would count twice
                 if turn.first_ts < limit:
                     limit = turn.first_ts
-            held = (h[1] for h in self.held.values())
-            for t in (*done.values(), *held):  # ...and so must a finalised turn's, while its tombstone is kept
+            first = self.done_oldest()[1] if done else None  # ...and so must a finalised turn's, while its
+            if first is not None and first < limit:  # tombstone is kept
+                limit = first
+            for _, t in self.held.values():
                 if t.first_ts is not None and t.first_ts < limit:
                     limit = t.first_ts
             if self.seen_floor() < limit:
@@ -256,6 +238,76 @@ class SessionState:
                     self._seen_min = None
                     self._seen_json = None
                     self._seen_sorted = None  # (the ids out of order may have gone)
+
+    def done_oldest(self) -> tuple[int, int | None]:
+        """The lowest ``wm`` and the lowest ``first_ts`` (None: none has one) of the tombstones in
+        ``done``, which must not be empty; kept while ``done`` only grows by :meth:`finalise`."""
+        done, m = self.done, self._done_min
+        new: Iterable[Tombstone] = done.values()
+        wm, first = 2**63, None
+        if m is not None and m[0] is done and m[1] <= len(done):
+            if m[1] == len(done):
+                return m[2], m[3]
+            wm, first, new = m[2], m[3], islice(new, m[1], None)
+        for t in new:
+            if t.wm < wm:
+                wm = t.wm
+            if t.first_ts is not None and (first is None or t.first_ts < first):
+                first = t.first_ts
+        self._done_min = (done, len(done), wm, first)
+        return wm, first
+
+    def _drop_done(self, limit: int, closed_through: int, keep_offset: int | None, offset: int) -> None:
+        """:meth:`prune`'s filter of ``done``: a tombstone goes once finalised before ``limit`` with
+        every window of its turn closed; it moves to ``held`` when the commit has not passed
+        ``offset``. The entries that stay, and those that move, are taken from the kept encoding
+        (only tombstones added since it was made are encoded)."""
+        done, held = self.done, self.held
+        forms = self._done_forms()
+        enc = _reusable(self._done_json, done)
+        hold = keep_offset is not None and offset >= keep_offset
+        held_enc = _reusable(self._held_json, held) if hold and enc is not None else None
+        if held_enc is not None and held_enc.n < len(held):  # (made whole first: moved entries append)
+            held_enc = held_enc.extended(held, ((k, _held_obj(h)) for k, h in islice(held.items(), held_enc.n, None)))
+        at = b"%d," % offset
+        kept: dict[str, Tombstone] = {}
+        parts: list[bytes] = []
+        moved: list[bytes] = []
+        for i, (k, x) in enumerate(done.items()):
+            part = b"" if enc is None else enc.part(i) if i < enc.n else entry(k, forms[k])
+            if x.wm >= limit or x.served_ts >= closed_through:
+                kept[k] = x
+                if enc is not None:
+                    parts.append(part)
+                continue
+            if hold:
+                if k in held:
+                    held_enc = None  # a value replaced in place: encode anew
+                held[k] = (offset, x)
+                if held_enc is not None:
+                    moved.append(reframed(k, part, at))
+        if hold:
+            self._held_json = None if held_enc is None else held_enc.with_parts(held, moved)
+        self._done_json = None if enc is None else joined(kept, parts)
+        self.done = kept
+        self._done_obj = (kept, len(kept), {k: forms[k] for k in kept})
+        self._done_min = None
+        self._load = None
+
+    def _drop_held(self, keep_offset: int) -> None:
+        """:meth:`prune`'s filter of ``held``: a tombstone goes once the commit passed the offset
+        that pruned it. The entries that stay are taken from the kept encoding."""
+        held = self.held
+        enc = _reusable(self._held_json, held)
+        kept: dict[str, tuple[int, Tombstone]] = {}
+        parts: list[bytes] = []
+        for i, (k, h) in enumerate(held.items()):
+            if h[0] >= keep_offset:
+                kept[k] = h
+                if enc is not None:
+                    parts.append(enc.part(i) if i < enc.n else entry(k, _held_obj(h)))
+        self._held_json = None if enc is None else joined(kept, parts)
+        self.held = kept
 
     def _seen_in_order(self) -> bool:
         """Whether ``seen`` is in event-time order, oldest first, as a session's events mostly
@@ -309,8 +361,7 @@ class SessionState:
                 if best is None or t < best:
                     best = t
         if self.done:
-            oldest = min([t.wm for t in self.done.values()])
-            t = oldest + (keep_done_ms if keep_done_ms >= step_ms else step_ms)
+            t = self.done_oldest()[0] + (keep_done_ms if keep_done_ms >= step_ms else step_ms)
             if best is None or t < best:
                 best = t
         return best
@@ -320,9 +371,9 @@ class SessionState:
         for turn in self.turns.values():
             if turn.first_ts <= floor:
                 return False
-        for t in self.done.values():
-            if t.first_ts is not None and t.first_ts <= floor:
-                return False
+        first = self.done_oldest()[1] if self.done else None
+        if first is not None and first <= floor:
+            return False
         for _, t in self.held.values():
             if t.first_ts is not None and t.first_ts <= floor:
                 return False
@@ -334,7 +385,7 @@ class SessionState:
             self.partition,
             [t.encoded()[0] for t in self.turns.values()],
             self.seen,
-            {k: t.to_obj() for k, t in self.done.items()},
+            self._done_forms(),
             self.seen_floor() if self.seen else None,
         ]
         if self.held:  # absent when empty (almost always): state written before it reads the same
@@ -356,14 +407,29 @@ class SessionState:
         if obj is None:
             obj = self.to_obj()
         s = self._seen_json = _encoded(self._seen_json, self.seen, self.seen)
-        d = self._done_json = _encoded(self._done_json, self.done, obj[4])
+        d = self._done_json = _grown(self._done_json, self.done, obj[4])
         head = orjson.dumps(obj[:2], option=JSON_OPTS)  # '[sid,partition]'
         turns = b",".join([t.encoded()[1] for t in self.turns.values()])
         floor = orjson.dumps(obj[5], option=JSON_OPTS)
         if len(obj) > 6:  # ...,seen_floor,{held}]
-            h = self._held_json = _encoded(self._held_json, self.held, obj[6])
-            return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b",", h[2], b"]"))
-        return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d[2], b",", floor, b"]"))
+            h = self._held_json = _grown(self._held_json, self.held, obj[6])
+            return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d.body, b",", floor, b",", h.body, b"]"))
+        return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d.body, b",", floor, b"]"))
+
+    def _done_forms(self) -> dict[str, Any]:
+        """``done``'s JSON form, ``{request_id: Tombstone.to_obj()}``, made only for the tombstones added
+        since the last call (a new dict each time it grew: the last may be held as a stored value)."""
+        done, last = self.done, self._done_obj
+        if last is not None and last[0] is done and last[1] <= len(done):
+            if last[1] == len(done):
+                return last[2]
+            forms = dict(last[2])
+            for k, t in islice(done.items(), last[1], None):
+                forms[k] = t.to_obj()
+        else:
+            forms = {k: t.to_obj() for k, t in done.items()}
+        self._done_obj = (done, len(done), forms)
+        return forms
 
     @classmethod
     def from_obj(cls, o: list[Any], org_id: str) -> SessionState:
@@ -398,18 +464,23 @@ def _held_obj(h: tuple[int, Tombstone]) -> list[Any]:
     return [h[0], h[1].to_obj()]
 
 
-def _without_prefix(last: tuple[Any, int, bytes] | None, source: dict[str, Any], kept: dict[str, Any],
-                    dropped: list[str], as_obj: Callable[[Any], Any]) -> tuple[Any, int, bytes] | None:
-    """The encoding of ``kept`` (``source`` less its first entries, ``dropped``) cut from ``last``, the
-    encoding of ``source`` (each value's JSON form is ``as_obj(value)``); None when ``last`` is not
-    that (then :func:`_encoded` encodes anew)."""
-    if last is None or last[0] is not source or last[1] != len(source):
-        return None
-    if not kept:
-        return kept, 0, b"{}"
-    # '{a,b,c}' less '{a,b}' is '{' + 'c}': the entries encode alike alone or together
-    head = orjson.dumps({k: as_obj(source[k]) for k in dropped}, option=JSON_OPTS)
-    return kept, len(kept), b"{" + last[2][len(head):]
+def _reusable(last: Entries | None, source: dict[str, Any]) -> Entries | None:
+    """``last`` when it encodes ``source`` or a prefix of it (``source`` grew by appended entries
+    since), else None; an empty ``source`` has its encoding made."""
+    if last is not None and last.source is source and last.n <= len(source):
+        return last
+    return joined(source, []) if not source else None
+
+
+def _grown(last: Entries | None, source: dict[str, Any], forms: dict[str, Any]) -> Entries:
+    """The encoding of ``source`` whose JSON form is ``forms`` (same keys, same order), from ``last``:
+    only the entries appended since are encoded."""
+    enc = _reusable(last, source)
+    if enc is None:
+        return encode(source, forms.items())
+    if enc.n == len(source):
+        return enc
+    return enc.extended(source, islice(forms.items(), enc.n, None))
 
 
 def _from_key(encoded: bytes, key: str) -> bytes | None:
