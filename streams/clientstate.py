@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiokafka.client import ConnectionGroup
+
 _MAX_AWAITS = 12
 
 
@@ -67,7 +69,7 @@ def close_unanswered_fetches(consumer: Any) -> str:
         client = thread._consumer
         in_flight = set(client._fetcher._in_flight)
         stuck = [(key, conn) for key, conn in list(client._client._conns.items())
-                 if key[0] in in_flight and int(key[1]) == 0 and conn.connected() and len(conn._requests)]
+                 if key[0] in in_flight and key[1] == ConnectionGroup.DEFAULT and conn.connected() and len(conn._requests)]
         loop = thread.thread_loop
         for _, conn in stuck:
             loop.call_soon_threadsafe(_close, conn)
