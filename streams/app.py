@@ -64,7 +64,7 @@ from rewardflow_streams.commits import CommitLedger, group_offsets, install_uniq
 from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
-from rewardflow_streams.metrics import WorkerMetrics
+from rewardflow_streams.metrics import Tally, WorkerMetrics
 from rewardflow_streams.recovery import unrestored
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
@@ -220,7 +220,7 @@ class JoinWorker:
         if _DEBUG_BATCHES:
             log.warning("stage seconds so far: %s", {k: round(v, 3) for k, v in self.metrics.stage_seconds.items()})
 
-    async def _ack(self, number: int, done: list[tuple[list[Any], Outputs]], messages: list[Any]) -> None:
+    async def _ack(self, number: int, done: list[tuple[list[Any], Tally]], messages: list[Any]) -> None:
         """Once batch ``number``'s outputs and state writes are acknowledged, ack its fetched messages.
 
         Runs while the next batch is processed. Anything but a send failure here is a bug: the worker
@@ -237,7 +237,7 @@ class JoinWorker:
             log.exception("acking a confirmed batch failed; exiting without commit")
             os._exit(70)
 
-    async def _confirm(self, done: list[tuple[list[Any], Outputs]], number: int) -> None:
+    async def _confirm(self, done: list[tuple[list[Any], Tally]], number: int) -> None:
         """Wait for batch ``number``'s outputs and state writes to be acknowledged, then count what is kept.
 
         Faust commits only acked messages, so the batch is acked only after this returns; a failure
@@ -248,19 +248,20 @@ class JoinWorker:
         except SendFailed:
             log.exception("the outputs or state writes of a batch were not acknowledged; exiting without commit")
             os._exit(70)
-        for msgs, out in done:
+        for msgs, tally in done:
             if not self._current(msgs):  # a rebalance happened meanwhile: its recovery may miss these writes
                 continue
             ticks = sum(1 for m in msgs if _TICK_ITEM in (m.headers or ()) and record_format(m.headers) == TICK)
-            self.metrics.observe(out, records=len(msgs), ticks=ticks)
+            self.metrics.observe(tally, records=len(msgs), ticks=ticks)
         self.metrics.counters["state_reads"] = self.store.reads
         self.metrics.counters["state_decodes"] = self.store.decodes
 
-    async def _process(self, partition: int, msgs: list[Any]) -> tuple[list[Any], Outputs] | None:
+    async def _process(self, partition: int, msgs: list[Any]) -> tuple[list[Any], Tally] | None:
         """Process one partition's share of a batch and queue its state writes and outputs.
 
-        Returns the messages processed and their outputs, or None when none may be processed
-        now. The caller confirms the sends before Faust acks the batch.
+        Returns the messages processed and the :class:`Tally` of their outputs (the rows themselves
+        are freed once queued for sending), or None when none may be processed now. The caller
+        confirms the sends before Faust acks the batch.
         """
         if not self._current(msgs):
             return None
@@ -297,12 +298,13 @@ class JoinWorker:
             if self.faults.die_marker:
                 await self.faults.die_before_outputs(msgs, self.sender.confirm)
             self._emit(out, partition)
+            tally = Tally.of(out)  # kept until the batch is confirmed; the rows are sent, and go now
             timed("encode", time.perf_counter() - mark)
         except Exception:  # a bug or a refused send, never bad input: do not let Faust ack it
             log.exception("processing or sending the outputs of %s[%d]@%d..%d failed; exiting without commit",
                           msgs[0].topic, partition, msgs[0].offset, msgs[-1].offset)
             os._exit(70)
-        return msgs, out
+        return msgs, tally
 
     def _committed(self, tp: Any, partition: int) -> int | None:
         """An offset of ``tp`` no replay can start below: the highest of the broker's committed

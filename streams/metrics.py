@@ -10,6 +10,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,6 +20,39 @@ from rewardflow.core.outputs import Outputs
 
 log = logging.getLogger("rewardflow.streams")
 STAGES = ("wait", "admit", "process", "encode", "confirm")
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one batch emitted, counted: all :meth:`WorkerMetrics.observe` needs of its outputs. The
+    worker keeps this, not the rows, until the batch is confirmed (the rows are sent and freed)."""
+
+    valid: int = 0
+    dead: int = 0
+    late: int = 0
+    orphans: int = 0
+    duplicates: int = 0
+    rewards_final: int = 0
+    rewards_provisional: int = 0
+    windows: int = 0
+    dead_by_reason: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, out: Outputs) -> Tally:
+        t = cls(valid=len(out.valid), dead=len(out.dead), late=len(out.late), windows=len(out.windows))
+        for x in out.excluded:
+            if x["reason"] == "orphan":
+                t.orphans += 1
+            else:
+                t.duplicates += 1
+        for r in out.rewards:
+            if r["provisional"]:
+                t.rewards_provisional += 1
+            else:
+                t.rewards_final += 1
+        for d in out.dead:
+            t.dead_by_reason[d["reason_code"]] = t.dead_by_reason.get(d["reason_code"], 0) + 1
+        return t
 
 
 class WorkerMetrics:
@@ -58,23 +92,25 @@ class WorkerMetrics:
         """Add ``seconds`` to ``stage`` (one of :data:`STAGES`)."""
         self.stage_seconds[stage] += seconds
 
-    def observe(self, out: Outputs, records: int = 1, ticks: int = 0) -> None:
-        """Count one batch: ``records`` raw records (``ticks`` of them idle ticks) and its outputs."""
+    def observe(self, out: Outputs | Tally, records: int = 1, ticks: int = 0) -> None:
+        """Count one batch: ``records`` raw records (``ticks`` of them idle ticks) and its outputs
+        (the rows, or their :class:`Tally`)."""
+        t = out if isinstance(out, Tally) else Tally.of(out)
         c = self.counters
         c["records_in"] += records
         c["ticks"] += ticks
-        c["events_valid"] += len(out.valid)
-        c["dead_letters"] += len(out.dead)
-        c["late"] += len(out.late)
-        for x in out.excluded:
-            c["orphans" if x["reason"] == "orphan" else "duplicates"] += 1
-        for r in out.rewards:
-            c["rewards_provisional" if r["provisional"] else "rewards_final"] += 1
-        c["windows_closed"] += len(out.windows)
-        for d in out.dead:
-            self.dead_by_reason[d["reason_code"]] = self.dead_by_reason.get(d["reason_code"], 0) + 1
-        if out.valid or out.dead:
-            self._slide(len(out.valid), len(out.dead))
+        c["events_valid"] += t.valid
+        c["dead_letters"] += t.dead
+        c["late"] += t.late
+        c["orphans"] += t.orphans
+        c["duplicates"] += t.duplicates
+        c["rewards_final"] += t.rewards_final
+        c["rewards_provisional"] += t.rewards_provisional
+        c["windows_closed"] += t.windows
+        for reason, n in t.dead_by_reason.items():
+            self.dead_by_reason[reason] = self.dead_by_reason.get(reason, 0) + n
+        if t.valid or t.dead:
+            self._slide(t.valid, t.dead)
 
     def _slide(self, valid: int, dead: int) -> None:
         now = time.monotonic()

@@ -38,6 +38,19 @@ def test_counts_by_kind_and_reason(clock: list[float]) -> None:
     assert m.dead_by_reason == {"bad_json": 1, "invalid": 2}
 
 
+def test_a_batch_counted_from_its_tally_counts_as_from_its_rows(clock: list[float]) -> None:
+    """The worker keeps a batch's tally, not its rows, until the batch is confirmed."""
+    def batch() -> Outputs:
+        return _out(4, {"bad_json": 2}, excluded=[{"reason": "duplicate"}], rewards=[{"provisional": False}],
+                    late=[{}, {}], windows=[{}])
+    by_rows, by_tally = M.WorkerMetrics(dlq_limit=0.5, window_s=60), M.WorkerMetrics(dlq_limit=0.5, window_s=60)
+    by_rows.observe(batch(), records=3)
+    tally = M.Tally.of(batch())
+    by_tally.observe(tally, records=3)
+    assert by_tally.counters == by_rows.counters and by_tally.dead_by_reason == by_rows.dead_by_reason == {"bad_json": 2}
+    assert by_tally.dlq_ratio == by_rows.dlq_ratio == 2 / 6
+
+
 def test_the_ratio_alarm_fires_over_the_limit_logs_once_and_clears_when_the_window_slides(
         clock: list[float], caplog: pytest.LogCaptureFixture) -> None:
     m = M.WorkerMetrics(dlq_limit=0.1, window_s=60)
