@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from rewardflow.core.config import JSON_OPTS
-from rewardflow.core.entries import Entries, encode, entry, joined, reframed
+from rewardflow.core.entries import Entries, encoded_map, entry, from_key, grown, joined, reframed, reusable
 from rewardflow.core.turn import TurnState
 
 
@@ -264,9 +264,9 @@ class SessionState:
         (only tombstones added since it was made are encoded)."""
         done, held = self.done, self.held
         forms = self._done_forms()
-        enc = _reusable(self._done_json, done)
+        enc = reusable(self._done_json, done)
         hold = keep_offset is not None and offset >= keep_offset
-        held_enc = _reusable(self._held_json, held) if hold and enc is not None else None
+        held_enc = reusable(self._held_json, held) if hold and enc is not None else None
         if held_enc is not None and held_enc.n < len(held):  # (made whole first: moved entries append)
             held_enc = held_enc.extended(held, ((k, _held_obj(h)) for k, h in islice(held.items(), held_enc.n, None)))
         at = b"%d," % offset
@@ -298,7 +298,7 @@ class SessionState:
         """:meth:`prune`'s filter of ``held``: a tombstone goes once the commit passed the offset
         that pruned it. The entries that stay are taken from the kept encoding."""
         held = self.held
-        enc = _reusable(self._held_json, held)
+        enc = reusable(self._held_json, held)
         kept: dict[str, tuple[int, Tombstone]] = {}
         parts: list[bytes] = []
         for i, (k, h) in enumerate(held.items()):
@@ -340,7 +340,7 @@ class SessionState:
             return
         last, rest = self._seen_json, None
         if last is not None and last[0] is seen and last[1] == len(seen):
-            rest = b"{}" if first_kept is None else _from_key(last[2], first_kept)
+            rest = b"{}" if first_kept is None else from_key(last[2], first_kept)
         for k in drop:
             del seen[k]
         self._seen_json = None if rest is None else (seen, len(seen), rest)
@@ -406,13 +406,13 @@ class SessionState:
         """
         if obj is None:
             obj = self.to_obj()
-        s = self._seen_json = _encoded(self._seen_json, self.seen, self.seen)
-        d = self._done_json = _grown(self._done_json, self.done, obj[4])
+        s = self._seen_json = encoded_map(self._seen_json, self.seen, self.seen)
+        d = self._done_json = grown(self._done_json, self.done, obj[4])
         head = orjson.dumps(obj[:2], option=JSON_OPTS)  # '[sid,partition]'
         turns = b",".join([t.encoded()[1] for t in self.turns.values()])
         floor = orjson.dumps(obj[5], option=JSON_OPTS)
         if len(obj) > 6:  # ...,seen_floor,{held}]
-            h = self._held_json = _grown(self._held_json, self.held, obj[6])
+            h = self._held_json = grown(self._held_json, self.held, obj[6])
             return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d.body, b",", floor, b",", h.body, b"]"))
         return b"".join((head[:-1], b",[", turns, b"],", s[2], b",", d.body, b",", floor, b"]"))
 
@@ -462,48 +462,6 @@ def org_of(key: str) -> str:
 def _held_obj(h: tuple[int, Tombstone]) -> list[Any]:
     """A held tombstone's JSON form: [offset pruned at, tombstone]."""
     return [h[0], h[1].to_obj()]
-
-
-def _reusable(last: Entries | None, source: dict[str, Any]) -> Entries | None:
-    """``last`` when it encodes ``source`` or a prefix of it (``source`` grew by appended entries
-    since), else None; an empty ``source`` has its encoding made."""
-    if last is not None and last.source is source and last.n <= len(source):
-        return last
-    return joined(source, []) if not source else None
-
-
-def _grown(last: Entries | None, source: dict[str, Any], forms: dict[str, Any]) -> Entries:
-    """The encoding of ``source`` whose JSON form is ``forms`` (same keys, same order), from ``last``:
-    only the entries appended since are encoded."""
-    enc = _reusable(last, source)
-    if enc is None:
-        return encode(source, forms.items())
-    if enc.n == len(source):
-        return enc
-    return enc.extended(source, islice(forms.items(), enc.n, None))
-
-
-def _from_key(encoded: bytes, key: str) -> bytes | None:
-    """``encoded`` (a JSON object whose values hold no string and no object, as ``seen``'s lists of
-    ints) less its entries before ``key``'s: ``'{"a":[1],"b":[2]}'`` from ``"b"`` is ``'{"b":[2]}'``;
-    None when ``key`` is not a later entry of it.
-
-    The cut is found, not measured: inside a JSON string a quote is always escaped, and these values
-    hold no string, so a comma followed by a quote starts an entry; ``,"<key>":`` then starts
-    ``key``'s entry and no other (keys are unique)."""
-    at = encoded.find(b"," + orjson.dumps(key) + b":")
-    return None if at < 0 else b"{" + encoded[at + 1:]
-
-
-def _encoded(last: tuple[Any, int, bytes] | None, source: dict[str, Any], values: dict[str, Any]) -> tuple[Any, int, bytes]:
-    """The encoding of ``values`` (``source``'s JSON form, same keys in the same order), from ``last``."""
-    n = len(source)
-    if last is None or last[0] is not source or last[1] > n:
-        return source, n, orjson.dumps(values, option=JSON_OPTS)
-    if last[1] == n:
-        return last
-    tail = orjson.dumps(dict(islice(values.items(), last[1], None)), option=JSON_OPTS)
-    return source, n, (last[2][:-1] + b"," + tail[1:]) if last[1] else tail
 
 
 def tombstone_checkpoint(t: Tombstone) -> str:
