@@ -49,9 +49,9 @@ def tune_gc() -> None:
     core's time on the stream benchmark. ``gc.freeze()`` moves everything allocated at start
     out of the collector's sight. The first threshold sits above what one batch holds alive at
     once (up to 16,000 records a partition, a few objects an event): a collection that comes
-    mid-batch traverses every live object of it. At 100,000, the pure core over 1M events at the
-    SDK's shape spent 10 % of its time in 44 collections; at 400,000, 1.7 % in 3 (each pause
-    ~0.3 s). Cycles are still collected, only later (slightly more memory, never a leak).
+    mid-batch traverses every live object of it (measured in bench/README.md, "The garbage
+    collector and a batch's working set"). Cycles are still collected, only later (slightly more
+    memory, never a leak).
     """
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
