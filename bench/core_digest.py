@@ -37,7 +37,11 @@ partition's committed offset as the worker does (the first offset of the batch N
 0: its own), so finalised turns pruned at an offset not yet committed are held as the worker
 holds them: the outputs digest does not move, the state digest does.
 
-    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk] [--batch-records N] [--commit-lag N]
+``--shape sdk --memory POINTS`` runs the workload once and prints, POINTS times along the way, the
+final rewards so far, the session states kept (and their bytes) and the process's resident memory
+after a full collection: whether the core's memory stays flat as finalised turns grow.
+
+    python bench/core_digest.py [--events 100000] [--format avro|json] [--reps 3] [--store dict|json] [--shape bursts|sdk] [--batch-records N] [--commit-lag N] [--memory POINTS]
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ import gc
 import hashlib
 import statistics
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import orjson
 
@@ -65,14 +70,16 @@ _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int | None = None,
-        cached: int = 256, commit_lag: int | None = None) -> tuple[float, list[tuple[int, Outputs]], dict[int, PartitionProcessor]]:
+        cached: int = 256, commit_lag: int | None = None,
+        observe: Callable[[int, Outputs, dict[int, PartitionProcessor]], None] | None = None,
+        ) -> tuple[float, list[tuple[int, Outputs]], dict[int, PartitionProcessor]]:
     """Seconds to process ``records`` (and the final ticks); the outputs when ``keep``; the processors.
 
     An encoded store (``store="json"``) decodes states again beyond its ``cached`` most recent writes; it
     checks every ``put_json`` against ``orjson.dumps`` when ``keep`` (the digest run), not when timed.
     ``commit_lag``: each batch is told the partition's committed offset, the first offset of the batch
     that many batches before it (0: its own first offset), as the worker tells it the group's commit;
-    None: the commit is unknown."""
+    None: the commit is unknown. ``observe(records_done, outputs, processors)`` is called after each batch."""
     settings = load_settings()
     cfg, specs = JoinConfig.from_settings(settings), active_specs(settings)
     batch_records = batch_records or settings.worker_batch_records
@@ -91,7 +98,7 @@ def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int 
         return starts[p][-1 - commit_lag] if len(starts[p]) > commit_lag else 0
 
     start = time.perf_counter()
-    for key, value, headers in records:
+    for i, (key, value, headers) in enumerate(records, 1):
         p = by_session.setdefault(key, len(by_session) % settings.partitions)
         pending[p].append((value, headers, offsets[p]))
         offsets[p] += 1
@@ -100,17 +107,53 @@ def run(records: list[Any], keep: bool, store: str = "dict", batch_records: int 
             pending[p] = []
             if keep:
                 outs.append((p, out))
+            if observe is not None:
+                observe(i, out, procs)
     for p, batch in pending.items():
         if not batch:
             continue
         out = procs[p].process_batch(batch, 0, committed(p, batch[0][2]))
         if keep:
             outs.append((p, out))
+        if observe is not None:
+            observe(len(records), out, procs)
     for p, proc in procs.items():
         out = proc.process_batch([(*_FAR_TICK, offsets[p])], 0, committed(p, offsets[p]))
         if keep:
             outs.append((p, out))
     return time.perf_counter() - start, outs, procs
+
+
+def rss_mb() -> int:
+    """This process's resident memory now, in MB (Linux)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def memory(records: list[Any], events: int, cached: int, points: int) -> None:
+    """Run the records once (encoded store, commit lag 1, as the worker) and print, ``points`` times
+    along the way: events so far, final rewards so far, the session states kept and their bytes, and
+    the process's resident memory after a full collection (what the state holds alive, not a
+    batch's garbage). The records themselves are in memory from the start, so growth is the core's."""
+    gc.collect()
+    base, seen = rss_mb(), {"final": 0, "next": 1}
+    step = max(1, len(records) // points)
+    print(f"records in memory: {base:,} MB resident")
+    print(f"{'events':>10} {'final rewards':>14} {'session states':>15} {'state MB':>9} {'resident MB':>12} {'growth MB':>10}")
+
+    def observe(done: int, out: Outputs, procs: dict[int, PartitionProcessor]) -> None:
+        seen["final"] += sum(1 for r in out.rewards if not r["provisional"])
+        if done < seen["next"] * step:
+            return
+        seen["next"] = done // step + 1
+        gc.collect()
+        data = [(k, v) for proc in procs.values() for k, v in cast(EncodedStore, proc.store).data.items()
+                if k.startswith("s:")]
+        now = rss_mb()
+        print(f"{round(done / len(records) * events):>10,} {seen['final']:>14,} {len(data):>15,} "
+              f"{sum(len(v) for _, v in data) / 1e6:>9.1f} {now:>12,} {now - base:>10,}", flush=True)
+
+    run(records, keep=False, store="json", cached=cached, commit_lag=1, observe=observe)
 
 
 def digest(outs: list[tuple[int, Outputs]], procs: dict[int, PartitionProcessor]) -> tuple[str, str]:
@@ -149,7 +192,12 @@ def main() -> None:
     ap.add_argument("--shape", choices=("bursts", "sdk"), default="bursts",
                     help="bursts: bench_stream's records of whole turns (20-50 events); sdk: the e2e workload "
                          "(1.25 events a record), timed as the worker runs the core (encoded store, its GC settings)")
+    ap.add_argument("--memory", type=int, default=0, metavar="POINTS",
+                    help="with --shape sdk: instead of digests and timings, run once and print the core's "
+                         "resident memory and state POINTS times along the way")
     args = ap.parse_args()
+    if args.memory and args.shape != "sdk":
+        ap.error("--memory needs --shape sdk")
     if args.shape == "sdk":
         from bench_e2e import make_records
         from rewardflow_streams.main import tune_gc
@@ -159,6 +207,9 @@ def main() -> None:
         settings = load_settings()
         cached = max(256, settings.worker_state_cache // settings.partitions)  # the worker's table, per partition
         tune_gc()
+        if args.memory:
+            memory(records, args.events, cached, args.memory)
+            return
     else:
         records, cached = session_batches(args.events, args.format), 256
     _, outs, procs = run(records, keep=True, store=args.store, batch_records=args.batch_records, cached=cached,
