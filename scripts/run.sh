@@ -5,7 +5,7 @@
 #                                 type-check (mypy --strict over src/ and streams/), then run the test suite
 #                                 in parallel, one process per core up to 4 (each starts and stops its own
 #                                 Kafka broker; a test file's tests run in one of them, in order), then the
-#                                 fault tests (kills, outages) one after another;
+#                                 fault tests (kills, outages) in two processes;
 #                                 with arguments, one pytest run of just those (e.g. a path, `-n 2`)
 #   bash scripts/run.sh bench   -> run the benchmarks
 #   bash scripts/run.sh <any rewardflow subcommand ...>
@@ -50,10 +50,10 @@ case "$cmd" in
     if [ "$#" -gt 0 ]; then
       exec "${pytest[@]}" "$@"
     fi
-    echo "==> tests, in one process per core (up to 4), then the fault-injection tests one after another"
+    echo "==> tests, in one process per core (up to 4), then the fault-injection tests in two processes"
     rc=0
     "${pytest[@]}" -n auto --maxprocesses 4 --dist loadfile -m "not fault" || rc=$?
-    "${pytest[@]}" -m fault || rc=$((rc ? rc : $?))
+    "${pytest[@]}" -n 2 --dist loadfile -m fault || rc=$((rc ? rc : $?))
     exit "$rc"
     ;;
   bench)
