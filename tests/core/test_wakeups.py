@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rewardflow.core.config import PRUNE_STEPS, JoinConfig
 from rewardflow.core.session import SessionState
-from rewardflow.core.wakeups import Wakeups, deadlines, next_after_settle, wake_at
+from rewardflow.core.wakeups import Wakeups, deadlines, first_deadline, next_after_settle, wake_at
 from tests.core.test_session import sessions
 from tests.factories import T0
 
@@ -70,3 +70,10 @@ def test_a_session_wakes_to_be_pruned_on_the_grid_and_for_its_deadlines_on_time(
     if prune is not None and prune <= wm:  # passed already (tombstones whose windows are still open)
         prune = wm + min(cfg.window_sizes_s) * 1000
     assert after == min([*turn_deadlines, *([] if prune is None else [prune])], default=None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=sessions(), provisional=st.booleans())
+def test_the_first_deadline_is_the_earliest_of_the_turns_deadlines(s: SessionState, provisional: bool) -> None:
+    cfg = JoinConfig(provisional=provisional)
+    assert first_deadline(s, cfg) == min(deadlines(s, cfg), default=None)

@@ -44,6 +44,7 @@ class JoinConfig:
     # a session wakes up to be pruned on this grid of event time only (wakeups.py), so the seen ids and
     # tombstones that expire within one step go in one wake-up and one state write
     prune_step_ms: int = field(init=False)
+    longest_window_ms: int = field(init=False)
 
     def __post_init__(self) -> None:
         final = self.horizons_s[-1] * 1000
@@ -52,6 +53,7 @@ class JoinConfig:
         object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms,
                                                      self.correction_ms + final + self.grace_ms))
         object.__setattr__(self, "prune_step_ms", max(1, min(self.dedup_ms, self.keep_done_ms) // PRUNE_STEPS))
+        object.__setattr__(self, "longest_window_ms", max(self.window_sizes_s) * 1000)
 
     @classmethod
     def from_settings(cls, s: Any, tick_key: bytes | None = None) -> JoinConfig:

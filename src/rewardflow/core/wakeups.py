@@ -15,6 +15,9 @@ import heapq
 
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.session import SessionState
+from rewardflow.core.turn import TurnState
+
+_anchor = TurnState.anchor
 
 
 class Wakeups:
@@ -63,33 +66,44 @@ def deadlines(st: SessionState, cfg: JoinConfig) -> list[int]:
     return out
 
 
+def first_deadline(st: SessionState, cfg: JoinConfig) -> int | None:
+    """The earliest of :func:`deadlines` (None without an open turn). Runs for every record's session:
+    without provisional horizons it is the earliest anchor's settling, taken without a list."""
+    turns = st.turns
+    if not turns:
+        return None
+    if not cfg.provisional:
+        return min(map(_anchor, turns.values())) + cfg.settle_ms
+    return min(deadlines(st, cfg))
+
+
 def wake_at(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
     """The earliest watermark at which the session needs settling or pruning, or None."""
-    return _earliest(st, cfg, wm, deadlines(st, cfg))
+    return _earliest(st, cfg, wm, first_deadline(st, cfg))
 
 
 def next_after_settle(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
     """The wake-up of a session just settled at ``wm``: a prune-only wake-up it already passed
     (tombstones whose windows are open, held ones not committed yet) is looked at again one window
     later; deadlines are never postponed."""
-    t = _earliest(st, cfg, wm, [])
+    t = _earliest(st, cfg, wm, None)
     if t is not None and t <= wm:
         t = wm + min(cfg.window_sizes_s) * 1000
-    return min([*deadlines(st, cfg), *([] if t is None else [t])], default=None)
+    first = first_deadline(st, cfg)
+    return t if first is None else first if t is None or first < t else t
 
 
-def _earliest(st: SessionState, cfg: JoinConfig, wm: int, turn_deadlines: list[int]) -> int | None:
-    """The earliest of ``turn_deadlines`` and the session's pruning time: the first time something can be
-    pruned, rounded up to the next multiple of ``cfg.prune_step_ms`` (what expires within one step goes in
-    one wake-up), or ``wm`` while tombstones are held (they go at a prune once the commit passed them)."""
-    t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, max(cfg.window_sizes_s) * 1000)
+def _earliest(st: SessionState, cfg: JoinConfig, wm: int, first: int | None) -> int | None:
+    """The earliest of ``first`` (the first turn deadline, if any) and the session's pruning time: the
+    first time something can be pruned, rounded up to the next multiple of ``cfg.prune_step_ms`` (what
+    expires within one step goes in one wake-up), or ``wm`` while tombstones are held (they go at a prune
+    once the commit passed them)."""
+    t = st.next_wake([], cfg.dedup_ms, cfg.keep_done_ms, cfg.longest_window_ms)
     if t is not None:
         step = cfg.prune_step_ms
         t = -(-t // step) * step
     if st.held:
         t = wm if t is None else min(t, wm)
-    if turn_deadlines:
-        first = min(turn_deadlines)
-        if t is None or first < t:
-            t = first
+    if first is not None and (t is None or first < t):
+        t = first
     return t
