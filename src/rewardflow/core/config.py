@@ -50,10 +50,10 @@ class JoinConfig:
         final = self.horizons_s[-1] * 1000
         object.__setattr__(self, "final_horizon_ms", final)
         object.__setattr__(self, "settle_ms", final + self.grace_ms)
-        object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, max(self.window_sizes_s) * 1000 + final + self.grace_ms,
+        object.__setattr__(self, "longest_window_ms", max(self.window_sizes_s) * 1000)
+        object.__setattr__(self, "keep_done_ms", max(self.tombstone_ms, self.longest_window_ms + final + self.grace_ms,
                                                      self.correction_ms + final + self.grace_ms))
         object.__setattr__(self, "prune_step_ms", max(1, min(self.dedup_ms, self.keep_done_ms) // PRUNE_STEPS))
-        object.__setattr__(self, "longest_window_ms", max(self.window_sizes_s) * 1000)
 
     @classmethod
     def from_settings(cls, s: Any, tick_key: bytes | None = None) -> JoinConfig:

@@ -90,7 +90,9 @@ def next_after_settle(st: SessionState, cfg: JoinConfig, wm: int) -> int | None:
     if t is not None and t <= wm:
         t = wm + min(cfg.window_sizes_s) * 1000
     first = first_deadline(st, cfg)
-    return t if first is None else first if t is None or first < t else t
+    if first is not None and (t is None or first < t):
+        t = first
+    return t
 
 
 def _earliest(st: SessionState, cfg: JoinConfig, wm: int, first: int | None) -> int | None:
