@@ -30,13 +30,20 @@ EVENT_BYTES = 400
 """Most bytes one applied event adds to its session's stored state (its seen id, a check or an edit)."""
 
 
+def within(st: SessionState, cfg: JoinConfig, new_turn: bool) -> bool:
+    """Whether one more event (opening a turn if ``new_turn``) leaves the session within its limits
+    even counting its expired tombstones not yet pruned: then :func:`refusal` is None, and the
+    processor asks nothing more (this runs for every event)."""
+    turns, events = st.load()
+    return (not new_turn or turns < cfg.max_session_turns) and events < cfg.max_session_events
+
+
 def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[], tuple[int, int]],
             live: Callable[[Tombstone], bool]) -> tuple[str, str] | None:
     """The dead-letter code and reason when one more event (opening a turn if ``new_turn``) would
-    put the session over its limits, else None. Cheap while the session is far from them: only then
-    are ``clock`` (the watermark and the windows' closed-through) and ``live`` asked."""
-    turns, events = st.load()
-    if (not new_turn or turns < cfg.max_session_turns) and events < cfg.max_session_events:
+    put the session over its limits, else None. Cheap while the session is far from them (:func:`within`):
+    only then are ``clock`` (the watermark and the windows' closed-through) and ``live`` asked."""
+    if within(st, cfg, new_turn):
         return None
     turns, events = st.live_load(*clock(), live)
     if new_turn and turns >= cfg.max_session_turns:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import EllipsisType
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from fastavro import schemaless_reader, schemaless_writer
@@ -40,7 +40,12 @@ def record_format(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, byt
     """The ``rf-format`` header of a record, or None."""
     if not headers:
         return None
-    items = headers.items() if isinstance(headers, Mapping) else headers
+    items: Iterable[tuple[str, bytes | None]]
+    # a record's headers are a list of pairs: its type is tested first, as the ABC check costs more
+    if type(headers) in (list, tuple) or not isinstance(headers, Mapping):
+        items = cast(Sequence[tuple[str, bytes | None]], headers)
+    else:
+        items = headers.items()
     for key, value in items:
         if key == FORMAT_HEADER and value is not None:
             return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
