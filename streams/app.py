@@ -228,11 +228,9 @@ class JoinWorker:
         """
         try:
             await self._confirm(done, number)
-            fetched, ack = set(map(id, messages)), self.app.consumer.ack
+            fetched, consumer = set(map(id, messages)), self.app.consumer
             for msgs, _ in done:
-                for m in msgs:
-                    if id(m) in fetched:
-                        ack(m)
+                bulk.ack_all(consumer, [m for m in msgs if id(m) in fetched])
         except Exception:
             log.exception("acking a confirmed batch failed; exiting without commit")
             os._exit(70)

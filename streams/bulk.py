@@ -12,7 +12,7 @@ the subscription (the worker's agent stays subscribed to the raw topic and recei
 the table, its changelog, recovery, flow control and the commits of what is acked.
 
 Contract: ``handle(messages)`` is awaited with each fetch's raw messages (each partition's in
-offset order) and acks (``consumer.ack``) what it processed once its outputs are confirmed; the
+offset order) and acks (:func:`ack_all`) what it processed once its outputs are confirmed; the
 loop fetches again only after it returns, so nothing else buffers raw records. The read-offset
 bookkeeping is Faust's own: a record below its partition's read offset is dropped as read, the
 read offset follows each record taken, and an offset gap of an acked topic is registered so a
@@ -25,8 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 log = logging.getLogger("rewardflow.streams")
 Handle = Callable[[list[Any]], Awaitable[None]]
@@ -137,3 +140,51 @@ async def fetch(consumer: Any, timeout: float) -> tuple[list[tuple[Any, list[Any
     buffered = consumer._buffered_partitions
     return [(tp, recs) for tp, recs in records.items()
             if active is None or tp in active or tp in buffered], generation
+
+
+def ack_all(consumer: Any, messages: Iterable[Any]) -> int:
+    """Faust's ``Consumer.ack`` of each of ``messages``, in order, under its lock once; returns how many
+    were newly acked.
+
+    The same bookkeeping as one ``ack`` a message: a message is marked acked, and its offset, when at or
+    above the partition's committed offset and not acked before, joins the partition's acked offsets
+    that Faust's commit reads. Only the per-message lookups (the topic's acks setting, the partition's
+    maps) are made once a partition, and the waiters on an ack are woken once: at the SDK's record
+    shape a worker acks tens of thousands of records a second. Never raises for a message acked already.
+    """
+    acks_enabled_for = consumer.app.topics.acks_enabled_for
+    committed_of, index_of, acked_of = consumer._committed_offset, consumer._acked_index, consumer._acked
+    unacked = consumer._unacked_messages  # (the raw messages never join it: Faust's conductor adds them)
+    n, tp, enabled = 0, None, False
+    committed: int | None = None
+    index: set[int] | None = None
+    acked: list[int] | None = None
+    with ack_lock:
+        try:
+            for message in messages:
+                if message.acked:
+                    continue
+                message.acked = True
+                if message.tp is not tp:
+                    tp = message.tp
+                    enabled = acks_enabled_for(message.topic)
+                    if enabled:
+                        committed, index, acked = committed_of[tp], None, None
+                if not enabled:
+                    continue
+                offset = message.offset
+                if committed is None or offset >= committed:
+                    if index is None:  # (looked up as Faust does: only for an offset it may count)
+                        index = index_of[tp]
+                    if offset not in index:
+                        if unacked:
+                            unacked.discard(message)
+                        index.add(offset)
+                        if acked is None:
+                            acked = acked_of[tp]
+                        acked.append(offset)
+                        n += 1
+            consumer._n_acked += n
+        finally:
+            notify(consumer._waiting_for_ack)
+    return n
