@@ -90,3 +90,16 @@ def test_the_verdicts_kept_are_bounded_and_the_oldest_goes_first(ch_db: ChDataba
     guard.check("SELECT 2")
     assert len(asked) > n
 
+
+
+def test_a_statement_its_parameters_would_change_is_refused(ch_db: ChDatabase) -> None:
+    """With the reader's driver as ``bind``: the engine must receive the very text the guard checked."""
+    from rewardflow.clickhouse.readers import _sent
+
+    guard = SqlGuard(lambda sql, p: [tuple(r) for r in ch_db.client.query(sql, parameters=dict(p)).result_rows], _sent)
+    assert "{n:UInt8}" in guard.check("SELECT * FROM numbers({n:UInt8})", {"n": 2})
+    assert guard.check("SELECT 1", {"n": 2}) == "SELECT 1"  # an unused parameter changes nothing
+    for sql in ["SELECT '%(n)s'", "SELECT 'a' LIKE '%a'", "SELECT 1 AS x ORDER BY '%(n)s'"]:
+        with pytest.raises(ReadOnlyViolation, match="^refused: the parameters would be written into the statement"):
+            guard.check(sql, {"n": "' INTO OUTFILE 'x' --"})
+    assert guard.check("SELECT 'a' LIKE '%a'") == "SELECT 'a' LIKE '%a'"  # without parameters nothing is written in

@@ -159,6 +159,48 @@ def test_bypasses_are_refused_and_no_file_appears(endpoint: Any, ch_db: ChDataba
     assert ch_db.client.command("EXISTS TABLE rewards") == 1
 
 
+# Parameters a driver would paste into the text (clickhouse-connect's ``%(name)s``, for a statement with
+# no ``{name:Type}`` placeholder): quoted by the driver, the value closes the literal around it and runs as SQL.
+PASTED = [
+    ("SELECT 'x' AS p ORDER BY '%(a)s{f}%(b)s'", {"a": " INTO OUTFILE ", "b": " FORMAT TSVRaw --"}),
+    ("SELECT 'x' AS p ORDER BY '%(a)s{f}%(b)s'", {"a": " INTO OUTFILE ", "b": " APPEND FORMAT TSVRaw --"}),
+    ("SELECT '%(a)s' AS p", {"a": "') INTO OUTFILE '{f}' --"}),
+    ("SELECT 1 AS p WHERE 'x' LIKE '%x'", {"a": "x"}),  # (a stray % the driver cannot format)
+]
+
+
+@pytest.mark.parametrize(("sql", "parameters"), PASTED)
+def test_parameters_the_driver_would_write_into_the_text_are_refused(endpoint: Any, ch_db: ChDatabase, tmp_path: Path,
+                                                                    sql: str, parameters: dict[str, str]) -> None:
+    server, settings = endpoint
+    target = tmp_path / "written.txt"
+    statement = sql.replace("{f}", str(target))
+    params = {k: v.replace("{f}", str(target)) for k, v in parameters.items()}
+    remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    with pytest.raises(ReadOnlyViolation, match="^refused: the parameters would be written into the statement"):
+        remote.query_arrow(statement, params)
+    local = server.service.borrow(ch_db.name)
+    try:
+        for run in (local.query_arrow, lambda q, p: list(local.stream_arrow(q, p))):
+            with pytest.raises(ReadOnlyViolation, match="^refused: the parameters would be written"):
+                run(statement, params)
+    finally:
+        server.service.give_back(ch_db.name, local)
+    assert not target.exists()
+
+
+def test_parameters_the_engine_binds_stay_values(endpoint: Any, ch_db: ChDatabase, tmp_path: Path) -> None:
+    server, settings = endpoint
+    target = tmp_path / "written.txt"
+    params = {"v": "x", "a": " INTO OUTFILE ", "b": f"{target}' FORMAT TSVRaw --"}
+    remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+    sql = "SELECT {v:String} AS v, '%(a)s{b:String}' AS p, {a:String} || {b:String} AS q"  # a placeholder: no pasting
+    assert remote.query_arrow(sql, params).to_pylist() == [{"v": "x", "p": "%(a)s{b:String}",
+                                                            "q": params["a"] + params["b"]}]
+    assert remote.query_arrow("SELECT 1 AS one", params).to_pylist() == [{"one": 1}]  # unused ones change nothing
+    assert not target.exists()
+
+
 def test_reads_that_look_like_bypasses_are_allowed(endpoint: Any, ch_db: ChDatabase) -> None:
     server, settings = endpoint
     remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
@@ -269,6 +311,49 @@ def test_a_thousand_idle_connections_leave_the_threads_bounded_and_are_closed(en
         for s in sockets:
             s.close()
     assert post(f"{server.url}/query", b"SELECT 1", grant(settings))[0] == 200
+
+
+@pytest.mark.parametrize("part", ["head", "body"])
+def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline(ch_db: ChDatabase, part: str) -> None:
+    settings = ch_db.settings(read_idle_timeout_s=1.0, read_request_timeout_s=2.5, read_max_connections=8)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        start = (b"POST /query HTTP/1.1\r\nHost: x\r\nX-a: " if part == "head" else
+                 b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nSELECT ")
+        sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]  # every slot
+        began = time.monotonic()
+        for s in sockets:
+            s.sendall(start)
+        still_open = sockets
+        while still_open and time.monotonic() - began < 6:
+            time.sleep(0.4)  # a byte now and then, each within the idle timeout
+            for s in still_open:
+                try:
+                    s.sendall(b"a")
+                except OSError:
+                    pass
+            still_open = [s for s in still_open if not _closed_now(s)]
+        took = time.monotonic() - began
+        assert not still_open, f"{len(still_open)} slow requests still open after {took:.1f} s"
+        assert took < (2.0 if part == "head" else 3.5)  # the head's deadline, or the whole request's
+        for s in sockets:
+            s.close()
+        assert post(f"{server.url}/query", b"SELECT 1", grant(settings))[0] == 200
+
+
+def _closed_now(s: socket.socket) -> bool:
+    """Whether the server closed ``s`` (what it answered before that, a 401 say, is read and dropped)."""
+    s.setblocking(False)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        s.setblocking(True)
 
 
 def _closed(s: socket.socket) -> bool:

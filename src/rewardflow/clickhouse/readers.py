@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
+from clickhouse_connect.driver.binding import bind_query
 from clickhouse_connect.driver.client import Client
 
 from rewardflow.clickhouse.errors import QueryError, clean_message, error_code, is_driver_error
@@ -66,6 +67,11 @@ def run_query_error(exc: BaseException) -> QueryError:
     return QueryError(clean_message(exc), error_code(exc))
 
 
+def _sent(sql: str, parameters: Mapping[str, Any]) -> str | bytes:
+    """The statement text clickhouse-connect sends with ``parameters`` (:class:`~.sqlguard.SqlGuard`'s ``bind``)."""
+    return bind_query(sql, dict(parameters))[0]
+
+
 class LocalReader:
     """A :class:`Reader` over clickhouse-connect clients in this process.
 
@@ -87,7 +93,7 @@ class LocalReader:
         self._open_writer = writer
         self._writer: Client | None = None
         self._arrow_stream = arrow_stream
-        self.guard = SqlGuard(self._rows)
+        self.guard = SqlGuard(self._rows, _sent)
 
     def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         try:

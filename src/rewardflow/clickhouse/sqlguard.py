@@ -10,7 +10,12 @@ A statement is accepted when the engine that will run it says it is:
 2. ``INTO OUTFILE`` outside string literals of the canonical text is refused: it
    makes the engine write a file (chDB does so in-process, whatever ``readonly``);
    so is a ``SETTINGS`` clause (limits are fixed by the reader, and ``EXPLAIN``
-   would already apply it).
+   would already apply it). So is a statement its parameters would change: the
+   engine binds ``{name:Type}`` placeholders, but a driver writes the values into
+   a statement that has none (clickhouse-connect's ``%(name)s``), where a quote in
+   a value can end a string literal and turn the rest into SQL. ``bind`` (the
+   reader's driver) says what text would reach the engine; it must be the
+   canonical text, before ``EXPLAIN`` runs it too.
 3. ``EXPLAIN AST`` of the canonical text gives the tree: its root must be a read
    (``SELECT``, ``WITH``, ``SHOW``, ``DESCRIBE``, ``EXPLAIN``, ``EXISTS``), no
    node may be a ``SETTINGS`` clause, and no function may be a table function outside :data:`TABLE_FUNCTIONS`, wherever it
@@ -45,6 +50,8 @@ from rewardflow.clickhouse.readonly import ReadOnlyViolation
 
 Run = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
 """Runs one statement with parameters on the engine and returns its rows."""
+Bind = Callable[[str, Mapping[str, Any]], str | bytes]
+"""The text a reader's driver sends to the engine for one statement with parameters."""
 
 TABLE_FUNCTIONS = frozenset({
     "numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries", "generaterandom",
@@ -66,8 +73,11 @@ _KEPT_CHARS = 16_384  # a longer statement is checked every time (what is kept s
 class SqlGuard:
     """The guard of one engine (see the module doc). Not thread-safe; one per connection."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, bind: Bind | None = None) -> None:
+        """``run`` asks the engine; ``bind``: how ``run`` and the reader send a statement's parameters
+        (None: the engine binds them all, as ``{name:Type}`` placeholders)."""
         self._run = run
+        self._bind = bind
         self._table_functions: frozenset[str] | None = None
         self._accepted: OrderedDict[bytes, str] = OrderedDict()
         self._kept_lock = threading.Lock()  # (the verdicts kept may be shared, whatever the rest of the guard)
@@ -101,6 +111,9 @@ class SqlGuard:
             raise ReadOnlyViolation("refused: INTO OUTFILE writes a file; reads only")
         if _SETTINGS.search(bare):  # (EXPLAIN would apply them, so before it)
             raise ReadOnlyViolation("refused: a SETTINGS clause; the reader's settings and limits are fixed")
+        if params and self._bind is not None and self._sent(canonical, params) != canonical:
+            raise ReadOnlyViolation("refused: the parameters would be written into the statement's text; "
+                                    "bind each as a {name:Type} placeholder, which the engine fills in")
         try:
             tree = [str(row[0]) for row in self._run("EXPLAIN AST " + canonical, params)]
         except Exception as exc:
@@ -123,6 +136,14 @@ class SqlGuard:
                 raise ReadOnlyViolation(f"refused: the function {node.group(2)} reaches outside the database "
                                         f"(allowed table functions: {', '.join(sorted(TABLE_FUNCTIONS))})")
         return canonical
+
+    def _sent(self, statement: str, params: Mapping[str, Any]) -> str | bytes | None:
+        """The text the driver would send for ``statement`` and ``params`` (None: it cannot bind them)."""
+        assert self._bind is not None
+        try:
+            return self._bind(statement, params)
+        except Exception:  # noqa: BLE001 - a driver's refusal to format (a stray %), whatever it raises
+            return None
 
     def table_functions(self) -> frozenset[str]:
         """The engine's table functions, lower case (asked once)."""

@@ -6,8 +6,10 @@ that owns it (the sink of ``rewardflow run``) serves reads for everyone else;
 
 Bounds: at most ``read_max_connections`` connections (more get 503), each closed
 after ``read_idle_timeout_s`` without a request (also one that never sends one:
-uvicorn alone waits for a first request forever); asyncio serves connections
-without a thread each. TLS with ``web_tls_certfile`` / ``web_tls_keyfile``;
+uvicorn alone waits for a first request forever), and closed when a request it began
+is not all in (its head within ``read_idle_timeout_s``, head and body within
+``read_request_timeout_s``): uvicorn alone waits forever for a client that sends a byte
+now and then. asyncio serves connections without a thread each. TLS with ``web_tls_certfile`` / ``web_tls_keyfile``;
 :class:`~rewardflow.settings.Settings` refuses a non-loopback ``web_host`` without
 TLS unless ``web_insecure_public`` says a proxy in front does it.
 
@@ -25,6 +27,7 @@ import threading
 import time
 from typing import Any
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -36,12 +39,51 @@ from rewardflow.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class _IdleClosingProtocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, closing a connection that sends no request within the keep-alive timeout."""
+class _BoundedProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection that sends no request within the keep-alive timeout,
+    or does not finish the request it began within its deadlines (:attr:`head_timeout`, :attr:`request_timeout`)."""
+
+    head_timeout = 5.0
+    request_timeout = 30.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self._deadlines: list[asyncio.TimerHandle] = []
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_request()  # (a pipelined request may have begun meanwhile)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _watch_request(self) -> None:
+        """Arm the deadlines once a request has begun (a byte of it is in), drop them once it is all in."""
+        state = self.conn.their_state
+        begun = state is h11.SEND_BODY or (state is h11.IDLE and bool(self.conn.trailing_data[0]))
+        if not begun:
+            self._disarm()
+        elif not self._deadlines:
+            self._deadlines = [self.loop.call_later(self.head_timeout, self._too_slow, True),
+                               self.loop.call_later(self.request_timeout, self._too_slow, False)]
+
+    def _disarm(self) -> None:
+        for handle in self._deadlines:
+            handle.cancel()
+        self._deadlines = []
+
+    def _too_slow(self, head: bool) -> None:
+        state = self.conn.their_state
+        if (state is h11.IDLE if head else state in (h11.IDLE, h11.SEND_BODY)) and not self.transport.is_closing():
+            log.info("closing a connection from %s whose request was not all in after %.0f s", self.client,
+                     self.head_timeout if head else self.request_timeout)
+            self.transport.close()
 
 
 class ReadServer:
@@ -62,8 +104,10 @@ class ReadServer:
         self._sock.listen(1024)
         self.service = ReadService(dsn, settings)
         tls = settings.web_tls_certfile is not None
+        protocol = type("BoundedProtocol", (_BoundedProtocol,), {"head_timeout": settings.read_idle_timeout_s,
+                                                                  "request_timeout": settings.read_request_timeout_s})
         self._config = uvicorn.Config(
-            create_app(self.service), http=_IdleClosingProtocol, lifespan="off", log_level="warning",
+            create_app(self.service), http=protocol, lifespan="off", log_level="warning",
             access_log=False, limit_concurrency=settings.read_max_connections,
             timeout_keep_alive=max(1, int(settings.read_idle_timeout_s)),
             ssl_certfile=str(settings.web_tls_certfile) if tls else None,
