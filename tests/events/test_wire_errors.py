@@ -128,6 +128,17 @@ def test_trailing_garbage_and_garbage_body() -> None:
     assert _code(AVRO_ONE[:5] + b"\x7f" * 40, AVRO_H) in {"bad_avro", "truncated_avro"}
 
 
+def test_a_string_that_is_not_utf8_is_bad_avro_wherever_it_stands() -> None:
+    event = {**EVENTS["FollowUp"], "text_redacted": "ZZZZ"}  # the last field of FollowUp
+    value = encode_avro([event])
+    assert value.endswith(b"ZZZZ")
+    for bad in (b"\xff\xfeZZ", b"Z\xc3ZZ"):
+        with pytest.raises(DecodeError, match="not UTF-8") as info:
+            decode_record(value[:-4] + bad, AVRO_H)
+        assert info.value.code == "bad_avro"
+    assert _code(value[:-4] + b"ZZZ\xc3", AVRO_H) == "truncated_avro"  # a character cut by the body's end
+
+
 def test_bad_magic() -> None:
     assert _code(b"\x01" + AVRO_ONE[1:], AVRO_H) == "bad_magic"
     assert _code(encode_json([EVENTS["ToolCall"]]), AVRO_H) == "bad_magic"  # JSON sent under an avro header

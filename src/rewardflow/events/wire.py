@@ -117,6 +117,11 @@ def _decode_avro(value: bytes, cat: Catalogue) -> tuple[list[dict[str, Any]], st
     buf.seek(5)
     try:
         obj = schemaless_reader(buf, entry.parsed, reader if reader is not entry.parsed else None, return_record_name=True)
+    except UnicodeDecodeError as exc:  # a string cut short by the body's end, or one that is not UTF-8
+        if exc.reason == "unexpected end of data" and buf.tell() >= len(value):
+            raise DecodeError("avro body ends early (in a string)", code="truncated_avro") from None
+        raise DecodeError(f"avro body holds a string that is not UTF-8 ({exc.reason}, byte {exc.start} of a "
+                          f"{len(exc.object)}-byte string)", code="bad_avro") from None
     except (EOFError, StopIteration) as exc:
         raise DecodeError(f"avro body ends early ({exc.__class__.__name__})", code="truncated_avro") from None
     except Exception as exc:  # fastavro raises assorted errors on garbage
