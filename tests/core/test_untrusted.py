@@ -9,6 +9,7 @@ stream alone.
 
 from __future__ import annotations
 
+import base64
 import random
 from typing import Any
 
@@ -157,6 +158,19 @@ def test_an_event_batch_naming_another_session_is_dead_lettered() -> None:
     assert forged != value
     out = Broker().record(forged, [("rf-format", b"avro")], T0)
     assert codes(out) == ["batch_session_mismatch"] and not out.valid
+
+
+def test_a_records_bytes_are_in_one_dead_letter_however_many_of_its_events_orjson_cannot_write() -> None:
+    deep = b"[" * 300 + b'"x"' + b"]" * 300  # past orjson's 255 levels: the refused event cannot be written back
+    value = b'{"events": [' + b",".join(b'{"extra": ' + deep + b", " + orjson.dumps(ev("ToolCall", f"r{i}", "s1"))[1:]
+                                        for i in range(40)) + b"]}"
+    out = Broker().record(value, JSON_H, T0)
+    assert [d["index"] for d in out.dead] == list(range(40)) and not out.valid
+    carrying = [d for d in out.dead if d["original_b64"]]
+    assert len(carrying) == 1 and carrying[0]["index"] == 0
+    assert base64.b64decode(carrying[0]["original_b64"]) == value
+    assert all("the record's bytes are in the dead letter of its event 0" in d["reason"] for d in out.dead[1:])
+    assert sum(len(d["original_b64"]) for d in out.dead) < 2 * len(value)
 
 
 # ---------------------------------------------------------------------------- volume

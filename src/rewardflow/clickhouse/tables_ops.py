@@ -29,7 +29,9 @@ DEAD_LETTERS = TableDef(
         C("event_type", LC, "Event type when known, else ''."),
         C("event_id", S, "Event id (or row id) when known, else ''."),
         C("session_id", S, "Session when known, else ''."),
-        C("original_b64", S, "Base64 of the original record bytes (index -1) or of the event/row JSON."),
+        C("original_b64", S, "Base64 of the original record bytes (index -1) or of the event/row JSON. An event "
+          "that JSON cannot hold (nested deeper than 255 levels) has its record's bytes instead, in the first such "
+          "dead letter of the record only; the others' reason names that one."),
         C("dead_lettered_at", "Int64", "Wall time, epoch ms."),
         ms_alias("dead_lettered_at", "dead_lettered_at_ts"),
         *sink_columns(),

@@ -93,8 +93,9 @@ def failed_record(topic: str, partition: int, offset: int, exc: Exception, value
 
 
 def event_json(raw: Any, record: bytes | None) -> bytes:
-    """A rejected event as JSON for its dead letter; the whole record's bytes when orjson cannot
-    write it (nested deeper than its limit of 255, which a JSON record of up to 1024 levels can be)."""
+    """A rejected event as JSON for its dead letter; ``record`` (b"" for None) when orjson cannot write
+    it (nested deeper than its limit of 255, which a JSON record of up to 1024 levels can be). The
+    processor gives a record's bytes to one dead letter only, however many of its events are such."""
     try:
         return orjson.dumps(raw, default=str)
     except TypeError:  # orjson.JSONEncodeError

@@ -208,10 +208,17 @@ class PartitionProcessor:
             out.dead.append(dead_letter(self.topic, self.partition, offset, -1, exc.code, str(exc), None, value, now_ms))
             return
         events, rejected = split_valid(raws)
+        carried: int | None = None  # the refused event whose dead letter holds the record's bytes, if any
         for r in rejected:
             raw = r.raw if isinstance(r.raw, dict) else None
-            out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, str(r.error),
-                                        raw, event_json(r.raw, value), now_ms))
+            original, reason = event_json(r.raw, None), str(r.error)
+            if not original:  # orjson cannot write it: the record's bytes instead, in one dead letter a record
+                if carried is None:
+                    carried, original = r.index, value or b""
+                else:
+                    reason += f" (the record's bytes are in the dead letter of its event {carried})"
+            out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, reason,
+                                        raw, original, now_ms))
         if not events:
             return
         if rejected:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "fe4901599ad8abbee1c82633f5a006968759220134641862aabaa472d6a9c0c1"
+TABLES_DIGEST = "07577fb49e3662915c2de4525299dd34b21e899642c003aca8e2a546c54ff42b"
 
 
 class EventRow(TypedDict):
@@ -212,7 +212,7 @@ class DeadLetter(TypedDict):
     event_id: str
     # Session when known, else ''.
     session_id: str
-    # Base64 of the original record bytes (index -1) or of the event/row JSON.
+    # Base64 of the original record bytes (index -1) or of the event/row JSON. An event that JSON cannot hold (nested deeper than 255 levels) has its record's bytes instead, in the first such dead letter of the record only; the others' reason names that one.
     original_b64: str
     # Wall time, epoch ms.
     dead_lettered_at: int
