@@ -375,6 +375,35 @@ def test_idle_target_follows_the_wall_clock_after_the_timeout() -> None:
     assert p.idle_target(8_000, 1000, 1.0) == T0 - CFG.lateness_ms + 3000
 
 
+def test_records_that_move_no_event_time_keep_no_partition_from_being_idle() -> None:
+    p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
+    p.process(*json_record(ev("FollowUp", "r1", ts=T0)), 0, 5_000)
+    offset = 1
+    for wall in range(5_500, 9_000, 500):  # refused, late and duplicate records, every half second
+        for value, headers in ((b"[]", JSON_H), json_record(ev("FollowUp", "r2", ts=T0 - 600_000)),
+                               json_record(ev("FollowUp", "r1", ts=T0))):
+            p.process(value, headers, offset, wall)
+            offset += 1
+    assert p.idle_target(8_000, 1000, 1.0) == T0 - CFG.lateness_ms + 3000  # idle since the event at 5 000
+
+
+def test_a_trickle_of_events_a_millisecond_apart_keeps_no_partition_from_being_idle() -> None:
+    p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
+    p.process(*json_record(ev("FollowUp", "r0", ts=T0)), 0, 5_000)
+    for k in range(1, 10):  # one event a second, each dated a millisecond after the last
+        p.process(*json_record(ev("FollowUp", f"r{k}", ts=T0 + k)), k, 5_000 + 1000 * k)
+    assert p.maxts == T0 + 9
+    assert p.idle_target(14_000, 1000, 1.0) == T0 - CFG.lateness_ms + 9000
+
+
+def test_events_that_keep_pace_with_the_wall_clock_keep_a_partition_active() -> None:
+    p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
+    for k in range(10):  # one event a second, each dated 600 ms after the last (a clock 40 % slow)
+        p.process(*json_record(ev("FollowUp", f"r{k}", ts=T0 + 600 * k)), k, 5_000 + 1000 * k)
+        assert p.idle_target(5_000 + 1000 * k + 999, 1000, 1.0) is None
+    assert p.idle_target(14_000 + 1000, 1000, 1.0) == T0 + 5400 - CFG.lateness_ms + 1000
+
+
 def test_a_processor_needs_a_spec() -> None:
     with pytest.raises(ValueError):
         PartitionProcessor(CFG, [], DictStore(), "raw", 0)

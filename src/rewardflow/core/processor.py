@@ -74,7 +74,9 @@ class PartitionProcessor:
         self._hz = list(cfg.horizons_s)
         self.topic, self.partition = topic, partition
         self.wm = self.maxts = -NEVER
+        # the idle clock's anchor: the wall time (ms) at which event time last kept pace, and maxts then
         self.last_event_wall, self.ready = 0, False
+        self._paced_ts: int | None = None
         self.book = WindowBook(list(cfg.window_sizes_s), partition)
         self._wakeups = Wakeups()
         # (session key, request id) of an open served turn -> its served ts (request ids need not be unique
@@ -175,9 +177,11 @@ class PartitionProcessor:
                 self.wm = max(self.wm, tick.wm if bound is None else min(tick.wm, bound))
             by = "idle"
         else:
-            self.last_event_wall = now_ms
             self._ingest(value, fmt, offset, bound, now_ms, cache, touched, out)
             self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
+            paced = self._paced_ts
+            if paced is None or 2 * (self.maxts - paced) >= now_ms - self.last_event_wall:
+                self.last_event_wall, self._paced_ts = now_ms, self.maxts  # (see idle_target)
             by = "watermark"
         self._settle_due(offset, by, cache, touched, out)
         self._close_windows(offset, out)
@@ -473,8 +477,16 @@ class PartitionProcessor:
         return bool(self._wakeups) or bool(self.book.open)
 
     def idle_target(self, now_ms: int, idle_timeout_ms: int, rate: float) -> int | None:
-        """Watermark a tick should carry when the partition has been idle, else None."""
+        """Watermark a tick should carry when the partition has been idle, else None.
+
+        Idle: for ``idle_timeout_ms`` of wall time, event time has not moved forward by half the wall time
+        since it last did (``last_event_wall``, when the newest event time was ``maxts`` then). Records
+        that move no event time (refused, late, duplicate, or a trickle of events a millisecond apart)
+        keep no partition from being idle, so no client can hold back another's turns by sending them.
+        From then on the watermark follows the wall clock at ``rate`` from that point.
+        """
         if self.maxts == -NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
             return None
-        return self.maxts - self.cfg.lateness_ms + int((now_ms - self.last_event_wall) * rate)
+        paced = self.maxts if self._paced_ts is None else self._paced_ts
+        return max(self.maxts, paced + int((now_ms - self.last_event_wall) * rate)) - self.cfg.lateness_ms
 
