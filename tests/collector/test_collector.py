@@ -67,6 +67,20 @@ def test_refusals_say_why(edge: Edge) -> None:
     assert status == 429 and "rate" in body["error"] and int(headers["retry-after"]) >= 1
 
 
+def test_a_key_opening_sessions_faster_than_its_session_rate_gets_429(kafka_broker: SessionBroker, ch_db: ChDatabase,
+                                                                        unique_group: str) -> None:
+    settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
+                              collect_new_sessions_per_s=0.01, collect_new_sessions_burst=5)
+    ensure_topics(settings)
+    _, secret = IngestKeys(ch_db.client).create("org", "tests")
+    with Collector(settings, keys_from_client(ch_db.client), port=0) as collector:
+        assert post_events(collector.url, secret, [ev("FollowUp", f"r{i}", f"s{i}") for i in range(5)])[0] == 202
+        assert post_events(collector.url, secret, [ev("FollowUp", "r9", "s1")])[0] == 202  # a session it opened
+        status, body, headers = post_events(collector.url, secret, [ev("FollowUp", "r5", "s1"), ev("FollowUp", "r6", "s6")])
+        assert status == 429 and "new sessions/s" in body["error"] and int(headers["retry-after"]) >= 1
+    assert sorted(e["request_id"] for e in _produced(settings)) == ["r0", "r1", "r2", "r3", "r4", "r9"]
+
+
 def test_a_revoked_key_stops_working_within_seconds(edge: Edge) -> None:
     assert post_events(edge.url, edge.key, [ev("FollowUp", "r1")])[0] == 202
     key_id = edge.key.split("_")[1]

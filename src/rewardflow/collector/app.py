@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rewardflow.collector.edge import EVENTS_SHAPE, Admitted, Refused, admit, decode_json, inflate
 from rewardflow.collector.kafka import AckingProducer, KafkaUnavailable
 from rewardflow.collector.keys import KeyCache
-from rewardflow.collector.limits import EdgeMetrics, RateLimiter, contract_field, retry_after
+from rewardflow.collector.limits import EdgeMetrics, RateLimiter, SessionGate, contract_field, retry_after
 from rewardflow.collector.records import RecordTooLarge
 from rewardflow.collector.traces import traces
 from rewardflow.settings import Settings
@@ -69,6 +69,7 @@ class Ingest:
     def __init__(self, settings: Settings, keys: KeyCache, producer: AckingProducer, metrics: EdgeMetrics) -> None:
         self.settings, self.keys, self.producer, self.metrics = settings, keys, producer, metrics
         self.limiter = RateLimiter(settings.collect_rate_events_per_s, settings.collect_rate_burst)
+        self.session_gate = SessionGate(settings.collect_new_sessions_per_s, settings.collect_new_sessions_burst)
 
     def refuse(self, status: int, message: str, headers: dict[str, str] | None = None,
                events: int = 0, reason: str = "") -> Answer:
@@ -117,13 +118,18 @@ class Ingest:
         return self.refuse(429, f"key {key_id} is over its rate of {self.settings.collect_rate_events_per_s:g} events/s",
                            {"Retry-After": retry_after(wait)}, n, "rate_limited")
 
-    async def produce(self, judged: Admitted) -> Answer | None:
-        """Count the judgement and produce its events; their 503 when Kafka did not acknowledge."""
+    async def produce(self, key_id: str, judged: Admitted) -> Answer | None:
+        """Count the judgement and produce its events; their 429 when they open sessions faster than the
+        key may (:class:`~rewardflow.collector.limits.SessionGate`), their 503 when Kafka did not acknowledge."""
         for kind, count in judged.redacted.items():
             self.metrics.redacted.labels(kind).inc(count)
         for r in judged.rejected:  # a client names any field it likes: only the contract's become labels
             self.metrics.events.labels(f"invalid:{contract_field(r.field)}").inc()
         if judged.sessions:
+            if wait := self.session_gate.take(key_id, judged.sessions):
+                return self.refuse(429, f"key {key_id} is over its rate of {self.settings.collect_new_sessions_per_s:g} "
+                                        "new sessions/s (REWARDFLOW_COLLECT_NEW_SESSIONS_PER_S); nothing was accepted",
+                                   {"Retry-After": retry_after(wait)}, judged.accepted, "session_rate_limited")
             try:
                 self.metrics.ack.observe(await self.producer.send(judged.sessions))
             except KafkaUnavailable as exc:
@@ -154,7 +160,7 @@ class Ingest:
                            tolerance_ms=s.collect_clock_tolerance_ms, max_record_bytes=s.max_record_bytes)
         except Refused as exc:
             return self.refuse(exc.status, str(exc))
-        if (failed := await self.produce(judged)) is not None:
+        if (failed := await self.produce(key_id, judged)) is not None:
             return failed
         self.metrics.requests.labels("202").inc()
         return 202, {"accepted": judged.accepted, "rejected": [asdict(r) for r in judged.rejected],

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -42,6 +44,39 @@ class RateLimiter:
                 self._buckets[key] = (level, now)
                 return (n - level) / self.rate if n <= self.burst else math.inf
             self._buckets[key] = (level - n, now)
+            return 0.0
+
+
+class SessionGate:
+    """How fast each key may open sessions: a token bucket of *new* session ids per key (``rate`` per second,
+    up to ``burst`` at once), beside its event rate. Thread-safe; never blocks.
+
+    Why: the workers keep a session's state (its seen event ids, turns and tombstones) for the dedup horizon,
+    and a session holding one event costs them about as much as dozens of events in one session. Without
+    this gate, one key could open a session an event at its whole event rate. A session counts as new
+    unless it is among the last ``remembered`` the key sent (an older one counts again, at worst).
+    """
+
+    def __init__(self, rate: float, burst: int, remembered: int = 50_000) -> None:
+        self.rate, self.burst, self.remembered = rate, burst, remembered
+        self._buckets = RateLimiter(rate, burst)
+        self._seen: dict[str, OrderedDict[str, None]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str, sessions: Iterable[str], now: float | None = None) -> float:
+        """Admit the sessions of one request: 0 when allowed (they are remembered), else the seconds until
+        its new ones would be (``inf`` when more than ``burst`` at once)."""
+        with self._lock:
+            seen = self._seen.setdefault(key, OrderedDict())
+            new = [s for s in dict.fromkeys(sessions) if s not in seen]
+            wait = self._buckets.take(key, len(new), now) if new else 0.0
+            if wait:
+                return wait
+            for s in sessions:
+                seen[s] = None
+                seen.move_to_end(s)
+            while len(seen) > self.remembered:
+                seen.popitem(last=False)
             return 0.0
 
 

@@ -69,7 +69,7 @@ async def traces(ingest: Ingest, headers: dict[bytes, bytes], read_body: ReadBod
         except Refused as exc:
             return ingest.refuse(exc.status, str(exc))
     left_out = mapped.unmapped + Counter(f"invalid:{contract_field(r.field)}" for r in judged.rejected)
-    if (failed := await ingest.produce(judged)) is not None:
+    if (failed := await ingest.produce(key_id, judged)) is not None:
         return failed
     ingest.metrics.spans.labels("mapped").inc(judged.accepted)
     for reason, count in left_out.items():
