@@ -34,6 +34,7 @@ JSON = "json"
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 DEFAULT_MAX_BATCH_EVENTS = 500
 _FRAME = struct.Struct(">bI")
+_Pairs = Sequence[tuple[str, bytes | None]]
 
 
 def record_format(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes] | None) -> str | None:
@@ -43,7 +44,7 @@ def record_format(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, byt
     items: Iterable[tuple[str, bytes | None]]
     # a record's headers are a list of pairs: its type is tested first, as the ABC check costs more
     if type(headers) in (list, tuple) or not isinstance(headers, Mapping):
-        items = cast(Sequence[tuple[str, bytes | None]], headers)
+        items = cast(_Pairs, headers)
     else:
         items = headers.items()
     for key, value in items:

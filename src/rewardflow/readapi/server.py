@@ -8,10 +8,11 @@ Bounds: at most ``read_max_connections`` connections (more get 503), each closed
 after ``read_idle_timeout_s`` without a request (also one that never sends one:
 uvicorn alone waits for a first request forever), and closed when a request it began
 is not all in (its head within ``read_idle_timeout_s``, head and body within
-``read_request_timeout_s``): uvicorn alone waits forever for a client that sends a byte
-now and then. asyncio serves connections without a thread each. TLS with ``web_tls_certfile`` / ``web_tls_keyfile``;
-:class:`~rewardflow.settings.Settings` refuses a non-loopback ``web_host`` without
-TLS unless ``web_insecure_public`` says a proxy in front does it.
+``read_request_timeout_s``): uvicorn alone waits forever for a client that sends a
+byte now and then. asyncio serves connections without a thread each. TLS with
+``web_tls_certfile`` / ``web_tls_keyfile``; :class:`~rewardflow.settings.Settings`
+refuses a non-loopback ``web_host`` without TLS unless ``web_insecure_public`` says a
+proxy in front does it.
 
 Contract: the constructor binds the socket (``OSError`` with the address when it
 cannot); :meth:`ReadServer.start` returns once the server accepts connections;
