@@ -16,6 +16,11 @@ def test_new_sessions_spend_the_keys_session_rate_and_known_ones_do_not() -> Non
     assert gate.take("k", ["a", "d"], now=0.5) == 0.0
     assert gate.take("k", [f"s{i}" for i in range(4)], now=10.0) == math.inf  # over the burst: never at once
 
+    once = SessionGate(rate=1e-9, burst=1, remembered=10)
+    assert once.take("k", (s for s in ["e", "e"]), now=0.0) == 0.0  # any iterable; a session counts once
+    assert once.take("k", ["e"], now=0.0) == 0.0  # and is remembered
+    assert once.take("k", ["f"], now=0.0) > 0
+
 
 def test_a_refused_request_remembers_none_of_its_sessions() -> None:
     gate = SessionGate(rate=1.0, burst=2, remembered=10)

@@ -66,13 +66,14 @@ class SessionGate:
     def take(self, key: str, sessions: Iterable[str], now: float | None = None) -> float:
         """Admit the sessions of one request: 0 when allowed (they are remembered), else the seconds until
         its new ones would be (``inf`` when more than ``burst`` at once)."""
+        ids = list(dict.fromkeys(sessions))
         with self._lock:
             seen = self._seen.setdefault(key, OrderedDict())
-            new = [s for s in dict.fromkeys(sessions) if s not in seen]
-            wait = self._buckets.take(key, len(new), now) if new else 0.0
+            new = sum(1 for s in ids if s not in seen)
+            wait = self._buckets.take(key, new, now) if new else 0.0
             if wait:
                 return wait
-            for s in sessions:
+            for s in ids:
                 seen[s] = None
                 seen.move_to_end(s)
             while len(seen) > self.remembered:
