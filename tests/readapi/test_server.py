@@ -341,6 +341,22 @@ def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline(ch_db: ChData
         assert post(f"{server.url}/query", b"SELECT 1", grant(settings))[0] == 200
 
 
+def test_one_client_address_holds_at_most_its_share_of_the_connections(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_client_connections=16, read_idle_timeout_s=30.0)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(24)]
+        time.sleep(0.5)
+        held = [s for s in sockets if not _closed_now(s)]
+        assert len(held) == 16  # the rest closed at once, not after the idle timeout
+        with pytest.raises(OSError):  # a request on one more connection: closed at once
+            post(f"{server.url}/query", b"SELECT 1", grant(settings))
+        for s in sockets:
+            s.close()
+        time.sleep(0.5)
+        assert post(f"{server.url}/query", b"SELECT 1", grant(settings))[0] == 200  # the share is free again
+
+
 def _closed_now(s: socket.socket) -> bool:
     """Whether the server closed ``s`` (what it answered before that, a 401 say, is read and dropped)."""
     s.setblocking(False)

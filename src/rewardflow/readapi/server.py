@@ -4,7 +4,8 @@ chDB allows one process per directory and has no server mode, so the process
 that owns it (the sink of ``rewardflow run``) serves reads for everyone else;
 :func:`~rewardflow.clickhouse.connect.open_reader` in any other process uses it.
 
-Bounds: at most ``read_max_connections`` connections (more get 503), each closed
+Bounds: at most ``read_max_connections`` connections (more get 503), at most
+``read_max_client_connections`` of one client address (more are closed at once), each closed
 after ``read_idle_timeout_s`` without a request (also one that never sends one:
 uvicorn alone waits for a first request forever), and closed when a request it began
 is not all in (its head within ``read_idle_timeout_s``, head and body within
@@ -46,11 +47,19 @@ class _BoundedProtocol(H11Protocol):
 
     head_timeout = 5.0
     request_timeout = 30.0
+    per_client = 64
+    open_by_client: dict[str, int] = {}  # (each server's subclass has its own: :class:`ReadServer`)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
         self._deadlines: list[asyncio.TimerHandle] = []
+        self._address = str(self.client[0]) if self.client else ""
+        held = self.open_by_client[self._address] = self.open_by_client.get(self._address, 0) + 1
+        if held > self.per_client:
+            log.info("closing a connection from %s: it holds %d already (REWARDFLOW_READ_MAX_CLIENT_CONNECTIONS)",
+                     self._address, held - 1)
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -62,6 +71,11 @@ class _BoundedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        left = self.open_by_client.get(self._address, 1) - 1
+        if left > 0:
+            self.open_by_client[self._address] = left
+        else:
+            self.open_by_client.pop(self._address, None)
         super().connection_lost(exc)
 
     def _watch_request(self) -> None:
@@ -105,8 +119,9 @@ class ReadServer:
         self._sock.listen(1024)
         self.service = ReadService(dsn, settings)
         tls = settings.web_tls_certfile is not None
-        protocol = type("BoundedProtocol", (_BoundedProtocol,), {"head_timeout": settings.read_idle_timeout_s,
-                                                                  "request_timeout": settings.read_request_timeout_s})
+        protocol = type("BoundedProtocol", (_BoundedProtocol,), {
+            "head_timeout": settings.read_idle_timeout_s, "request_timeout": settings.read_request_timeout_s,
+            "per_client": settings.read_max_client_connections, "open_by_client": {}})
         self._config = uvicorn.Config(
             create_app(self.service), http=protocol, lifespan="off", log_level="warning",
             access_log=False, limit_concurrency=settings.read_max_connections,
