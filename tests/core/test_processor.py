@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
+from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.turn import TurnState
 from rewardflow.events.validate import validate_event
@@ -394,6 +395,14 @@ def test_a_trickle_of_events_a_millisecond_apart_keeps_no_partition_from_being_i
         p.process(*json_record(ev("FollowUp", f"r{k}", ts=T0 + k)), k, 5_000 + 1000 * k)
     assert p.maxts == T0 + 9
     assert p.idle_target(14_000, 1000, 1.0) == T0 - CFG.lateness_ms + 9000
+
+
+def test_a_rebuilt_partition_counts_its_idle_clock_from_its_rebuilt_event_time() -> None:
+    p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
+    p.process(*json_record(ev("FollowUp", "r0", ts=T0)), 0, 5_000)
+    p._paced_ts = T0 + 600_000  # as a batch rolled back after a record had moved the anchor
+    p.rebuild(0, Outputs())
+    assert p.maxts == T0 and p.idle_target(8_000, 1000, 1.0) == T0 - CFG.lateness_ms + 3000
 
 
 def test_events_that_keep_pace_with_the_wall_clock_keep_a_partition_active() -> None:

@@ -468,6 +468,7 @@ class PartitionProcessor:
         self._closes, self._new_closes = r.closes, []
         self._wakeups, self._open_served = Wakeups(), r.open_served
         self._states, self._unkeyed, self._dropped = {}, r.unkeyed, r.dropped
+        self._paced_ts = None  # (the idle clock's anchor may hold an event time the rebuilt state lacks)
         for st in r.sessions:
             self._schedule(st)
         self.ready = True
