@@ -103,3 +103,22 @@ def test_a_statement_its_parameters_would_change_is_refused(ch_db: ChDatabase) -
         with pytest.raises(ReadOnlyViolation, match="^refused: the parameters would be written into the statement"):
             guard.check(sql, {"n": "' INTO OUTFILE 'x' --"})
     assert guard.check("SELECT 'a' LIKE '%a'") == "SELECT 'a' LIKE '%a'"  # without parameters nothing is written in
+
+
+def test_a_kept_verdict_is_never_another_requests(ch_db: ChDatabase, tmp_path: Any) -> None:
+    """A statement whose text ends as another request's parameters would be written out: the two are not
+    one request for the verdicts kept, and the parameters are checked on every call, kept or not."""
+    from rewardflow.clickhouse.readers import _sent
+
+    guard = SqlGuard(lambda sql, p: [tuple(r) for r in ch_db.client.query(sql, parameters=dict(p)).result_rows], _sent)
+    value = f" || 'x' AS p INTO OUTFILE '{tmp_path / 'written.txt'}' --"
+    sql = "SELECT '%(x)s' AS c -- "
+    with pytest.raises(ReadOnlyViolation, match="would be written into the statement"):
+        guard.check(sql, {"x": value})
+    guard.check(sql + "\0" + repr(("x", "str", value)))  # one comment: a read, kept
+    for _ in range(2):
+        with pytest.raises(ReadOnlyViolation, match="would be written into the statement"):
+            guard.check(sql, {"x": value})
+    guard.check("SELECT '%(x)s' AS c")  # kept without parameters ...
+    with pytest.raises(ReadOnlyViolation, match="would be written into the statement"):
+        guard.check("SELECT '%(x)s' AS c", {"x": value})  # ... refused with them

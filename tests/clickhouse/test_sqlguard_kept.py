@@ -66,3 +66,12 @@ def test_a_refusal_from_a_kept_statement_s_neighbour_is_not_taken_from_it() -> N
     guard.check("SELECT 1")
     with pytest.raises(ReadOnlyViolation, match="INTO OUTFILE"):
         guard.check("SELECT 1 INTO OUTFILE 'x'")
+
+
+def test_no_statement_and_parameters_share_another_pairs_key() -> None:
+    from rewardflow.clickhouse.sqlguard import _request_key
+
+    sql, value = "SELECT '%(x)s' -- ", " INTO OUTFILE 'f' --"
+    assert _request_key(sql, {"x": value}) != _request_key(sql + "\0" + repr(("x", "str", value)), {})
+    assert _request_key("ab", {}) != _request_key("a", {"b": ""})
+    assert _request_key("SELECT {x:String}", {"x": "a"}) == _request_key("SELECT {x:String}", {"x": "a"})

@@ -91,7 +91,9 @@ class SqlGuard:
                 kept = self._accepted.get(key)
                 if kept is not None:
                     self._accepted.move_to_end(key)
-                    return kept
+            if kept is not None:
+                self._unchanged_by(kept, params)  # (on every call, whatever was kept: it costs no query)
+                return kept
         canonical = self._verdict(sql, params)
         if key is not None and len(canonical) <= _KEPT_CHARS:
             with self._kept_lock:
@@ -111,9 +113,7 @@ class SqlGuard:
             raise ReadOnlyViolation("refused: INTO OUTFILE writes a file; reads only")
         if _SETTINGS.search(bare):  # (EXPLAIN would apply them, so before it)
             raise ReadOnlyViolation("refused: a SETTINGS clause; the reader's settings and limits are fixed")
-        if params and self._bind is not None and self._sent(canonical, params) != canonical:
-            raise ReadOnlyViolation("refused: the parameters would be written into the statement's text; "
-                                    "bind each as a {name:Type} placeholder, which the engine fills in")
+        self._unchanged_by(canonical, params)
         try:
             tree = [str(row[0]) for row in self._run("EXPLAIN AST " + canonical, params)]
         except Exception as exc:
@@ -137,6 +137,12 @@ class SqlGuard:
                                         f"(allowed table functions: {', '.join(sorted(TABLE_FUNCTIONS))})")
         return canonical
 
+    def _unchanged_by(self, canonical: str, params: Mapping[str, Any]) -> None:
+        """Raise unless the reader's driver sends ``canonical`` with ``params`` as it is (module doc, point 2)."""
+        if params and self._bind is not None and self._sent(canonical, params) != canonical:
+            raise ReadOnlyViolation("refused: the parameters would be written into the statement's text; "
+                                    "bind each as a {name:Type} placeholder, which the engine fills in")
+
     def _sent(self, statement: str, params: Mapping[str, Any]) -> str | bytes | None:
         """The text the driver would send for ``statement`` and ``params`` (None: it cannot bind them)."""
         assert self._bind is not None
@@ -155,14 +161,18 @@ class SqlGuard:
 
 def _request_key(sql: str, params: Mapping[str, Any]) -> bytes | None:
     """A digest of the statement and its parameters (names, types and values), for the verdicts kept;
-    None for parameters that cannot be written out (nested too deep, an int too long): not kept."""
-    h = hashlib.blake2b(sql.encode("utf-8", "surrogatepass"), digest_size=20)
+    None for parameters that cannot be written out (nested too deep, an int too long): not kept. Each
+    part is preceded by its length, so no statement and parameters digest as another pair does."""
+    h = hashlib.blake2b(digest_size=20)
     try:
-        for name in sorted(params, key=str):
-            value = params[name]
-            h.update(b"\0" + repr((str(name), type(value).__qualname__, value)).encode("utf-8", "surrogatepass"))
+        parts = [sql, *(repr((str(name), type(params[name]).__qualname__, params[name]))
+                        for name in sorted(params, key=str))]
     except (RecursionError, ValueError):
         return None
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
     return h.digest()
 
 
