@@ -52,13 +52,13 @@ class SessionGate:
     up to ``burst`` at once), beside its event rate. Thread-safe; never blocks.
 
     Why: the workers keep a session's state (its seen event ids, turns and tombstones) for the dedup horizon,
-    and a session holding one event costs them about as much as dozens of events in one session. Without
+    and a session holding one event costs them as much as a dozen further events of one session. Without
     this gate, one key could open a session an event at its whole event rate. A session counts as new
     unless it is among the last ``remembered`` the key sent (an older one counts again, at worst).
     """
 
     def __init__(self, rate: float, burst: int, remembered: int = 50_000) -> None:
-        self.rate, self.burst, self.remembered = rate, burst, remembered
+        self.remembered = remembered
         self._buckets = RateLimiter(rate, burst)
         self._seen: dict[str, OrderedDict[str, None]] = {}
         self._lock = threading.Lock()
