@@ -135,10 +135,12 @@ class Settings(BaseSettings):
     read_max_result_rows: int = Field(50_000_000, ge=1, description="Rows one read query may return.")
     read_max_result_bytes: int = Field(8 * 1024**3, ge=1024, description="Bytes one read query may return.")
     read_max_queries: int = Field(4, ge=1, le=256, description="Read queries the endpoint runs at once; more get 503 with Retry-After.")
+    read_max_queries_per_token: int = Field(3, ge=1, le=256, description="Read queries one token runs at once; more get 429 with Retry-After. Below READ_MAX_QUERIES, no one token holds every query slot.")
     read_max_connections: int = Field(256, ge=8, le=100_000, description="Connections the endpoint keeps open at once; more get 503.")
     read_max_client_connections: int = Field(64, ge=1, le=100_000, description="Connections one client address may hold open on the endpoint; more are closed at once. Behind a proxy every client has the proxy's address: raise it to READ_MAX_CONNECTIONS there and let the proxy limit each client.")
     read_idle_timeout_s: float = Field(5.0, gt=0, le=3600, description="The endpoint closes a connection idle this long (also one that never sends a request), and one whose request line and headers are not all in this long after its first byte.")
     read_request_timeout_s: float = Field(30.0, gt=0, le=3600, description="The endpoint closes a connection whose request (headers and body) is not all in this long after its first byte.")
+    read_send_timeout_s: float = Field(60.0, gt=0, le=3600, description="The endpoint closes a connection that takes none of its response for this long, which stops its query and frees its slot. A client that works on each batch as it arrives must read again within it.")
     read_max_body_bytes: int = Field(1024**2, ge=1024, le=64 * 1024**2, description="Largest request body of the endpoint (SQL and parameters); larger gets 413.")
 
     @classmethod

@@ -287,6 +287,76 @@ def test_more_queries_than_slots_get_503_with_retry_after(endpoint: Any, ch_db: 
     assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 200  # the slots came back
 
 
+def test_a_token_runs_at_most_its_share_of_the_queries(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_queries=3, read_max_queries_per_token=2)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        greedy, other = grant(settings), grant(settings)
+        slow = b"SELECT sleepEachRow(1) FROM numbers(2)"
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda: results.append(post(f"{server.url}/query", slow, greedy)[0]))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        status, body, headers = post(f"{server.url}/query", b"SELECT 1", greedy)
+        assert status == 429 and headers["Retry-After"] == "1" and b"REWARDFLOW_READ_MAX_QUERIES_PER_TOKEN" in body
+        assert post(f"{server.url}/query", b"SELECT 1", other)[0] == 200  # a slot is left for everyone else
+        for t in threads:
+            t.join()
+        assert results == [200, 200]
+        assert post(f"{server.url}/query", b"SELECT 1", greedy)[0] == 200  # its share came back
+
+
+def test_a_client_that_takes_none_of_its_response_loses_the_connection_and_its_slot(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_queries=1, read_send_timeout_s=1.5)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        token = grant(settings)
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (a small window: the server's buffer fills soon)
+        s.connect((host, int(port)))
+        sql = b"SELECT number FROM numbers(10000000000)"
+        s.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode()
+                  + b"\r\nContent-Length: " + str(len(sql)).encode() + b"\r\n\r\n" + sql)
+        assert s.recv(12) == b"HTTP/1.1 200"  # streaming an endless result, and then reading no more of it
+        began = time.monotonic()
+        status = post(f"{server.url}/query", b"SELECT 1", token)[0]
+        assert status == 503  # the only slot is held
+        while status == 503 and time.monotonic() - began < 20:
+            time.sleep(0.2)
+            status = post(f"{server.url}/query", b"SELECT 1", token)[0]
+        assert status == 200, "a response nobody reads still holds its slot"
+        assert time.monotonic() - began < 10
+        assert _closed(s) or _drained_to_the_end(s)  # and its connection is gone
+        s.close()
+
+
+def _drained_to_the_end(s: socket.socket) -> bool:
+    """Whether reading what the server had sent before closing ``s`` ends in the close (within 10 s)."""
+    s.settimeout(10)
+    try:
+        while s.recv(1 << 20):
+            pass
+        return True
+    except OSError:
+        return True
+
+
+def test_the_reader_waits_out_a_busy_endpoint_for_at_most_its_busy_wait(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_queries=1)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        token = grant(settings)
+        hold = threading.Thread(target=post, args=(f"{server.url}/query", b"SELECT sleepEachRow(1) FROM numbers(2)", token))
+        hold.start()
+        time.sleep(0.5)
+        with pytest.raises(ReaderUnavailable, match="busy"):
+            RemoteReader(server.url, token=token, busy_wait_s=0).query_arrow("SELECT 1 AS x")
+        began = time.monotonic()
+        table = RemoteReader(server.url, token=token, busy_wait_s=10).query_arrow("SELECT 1 AS x")
+        assert table.column("x").to_pylist() == [1] and time.monotonic() - began >= 0.5  # it waited for the slot
+        hold.join()
+
+
 def test_a_body_over_the_limit_is_refused_with_413(ch_db: ChDatabase) -> None:
     settings = ch_db.settings(read_max_body_bytes=4_096)
     with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:

@@ -15,21 +15,24 @@ Every request but ``/health`` carries ``Authorization: Bearer <token>``
 statement that is not a read (body ``refused: …``) or a role that may not do
 this; 400 ClickHouse's message or a bad cursor; 409 a registration that contradicts the
 registry (:class:`~.errors.WriteRefused`); 413 a body over the limit; 503
-with ``Retry-After`` when the endpoint runs as many queries as it may.
+with ``Retry-After`` when the endpoint runs as many queries as it may, 429 with
+``Retry-After`` when the token runs as many as its share.
 
 Blocking: every call is synchronous HTTP with ``timeout`` seconds per socket
-operation; a refused connection raises :class:`~.errors.ReaderUnavailable`.
+operation. A 503 or 429 is retried after its ``Retry-After`` for up to ``busy_wait_s``
+in all, then raises :class:`~.errors.ReaderUnavailable`, as a refused connection does.
 """
 
 from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import pyarrow as pa
 
@@ -68,11 +71,12 @@ class RemoteReader:
     """Reads through the owner's endpoint at ``url`` (``http(s)://host:port``) with a bearer ``token``."""
 
     def __init__(self, url: str, *, token: str | None, database: str | None = None, timeout: float = 300.0,
-                 cafile: Path | None = None) -> None:
+                 cafile: Path | None = None, busy_wait_s: float = 10.0) -> None:
         self.url = url
         self.token = token
         self.database = database
         self.timeout = timeout
+        self.busy_wait_s = busy_wait_s
         self.description = f"{url} (read endpoint of the chDB owner)"
         self._ssl = _context(url, cafile)
 
@@ -82,26 +86,36 @@ class RemoteReader:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST", headers=headers)
-        try:
-            resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
-            return resp
-        except urllib.error.HTTPError as exc:
-            message = exc.read().decode("utf-8", "replace").strip() or str(exc.reason)
-            if exc.code == 401:
-                raise AccessDenied(f"the read endpoint {self.url} refused the token: {message}") from None
-            if exc.code == 403 and message.startswith("refused"):
-                raise ReadOnlyViolation(message) from None
-            if exc.code == 403:
-                raise AccessDenied(message) from None
-            if exc.code == 400 and path in ("/cursor", "/keys"):
-                raise CursorError(message) from None
-            if exc.code == 409:
-                raise WriteRefused(message) from None
-            if exc.code == 503:
-                raise ReaderUnavailable(f"the read endpoint {self.url} is busy ({message}); retry") from None
-            raise QueryError(message) from None
-        except OSError as exc:
-            raise ReaderUnavailable(f"read endpoint {self.url} unreachable: {exc}") from None
+        give_up = time.monotonic() + self.busy_wait_s
+        while True:
+            try:
+                resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
+                return resp
+            except urllib.error.HTTPError as exc:
+                retry = _retry_after(exc) if exc.code in (429, 503) else None
+                if retry is None or time.monotonic() + retry > give_up:
+                    self._raise(exc, path)
+                exc.close()
+                time.sleep(retry)
+            except OSError as exc:
+                raise ReaderUnavailable(f"read endpoint {self.url} unreachable: {exc}") from None
+
+    def _raise(self, exc: urllib.error.HTTPError, path: str) -> NoReturn:
+        """The endpoint's answer ``exc`` to a request of ``path``, as the reader's exceptions."""
+        message = exc.read().decode("utf-8", "replace").strip() or str(exc.reason)
+        if exc.code == 401:
+            raise AccessDenied(f"the read endpoint {self.url} refused the token: {message}") from None
+        if exc.code == 403 and message.startswith("refused"):
+            raise ReadOnlyViolation(message) from None
+        if exc.code == 403:
+            raise AccessDenied(message) from None
+        if exc.code == 400 and path in ("/cursor", "/keys"):
+            raise CursorError(message) from None
+        if exc.code == 409:
+            raise WriteRefused(message) from None
+        if exc.code in (429, 503):
+            raise ReaderUnavailable(f"the read endpoint {self.url} is busy ({message})") from None
+        raise QueryError(message) from None
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
         with self._post("/query", {"sql": sql, "parameters": dict(parameters or {})}) as resp:
@@ -130,4 +144,13 @@ class RemoteReader:
             return json.loads(resp.read())
 
     def close(self) -> None:
+        return None
+
+
+def _retry_after(exc: urllib.error.HTTPError) -> float | None:
+    """Seconds the endpoint asks to wait before a retry (its ``Retry-After``), or None when it names none."""
+    value = exc.headers.get("Retry-After", "") if exc.headers is not None else ""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
         return None

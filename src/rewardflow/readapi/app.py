@@ -5,8 +5,10 @@
 * A body over ``read_max_body_bytes`` is refused (413) before it is read whole.
 * At most ``read_max_queries`` queries run at once, each in a thread of its own
   that streams Arrow IPC through a small bounded queue; one more gets 503 with
-  ``Retry-After``. A client that goes away stops its query at the next batch, and
-  the engine stops any query at ``read_max_execution_s``.
+  ``Retry-After``. One token runs at most ``read_max_queries_per_token`` of them;
+  one more of its own gets 429 with ``Retry-After``. A client that goes away (or
+  whose connection the server closes: :mod:`.server`) stops its query at the next
+  batch, and the engine stops any query at ``read_max_execution_s``.
 * Statements pass the engine's :class:`~rewardflow.clickhouse.sqlguard.SqlGuard`
   and run with the read limits (:func:`~rewardflow.clickhouse.readonly.read_settings`).
 
@@ -50,9 +52,31 @@ class ReadService:
     def __init__(self, dsn: Dsn, settings: Settings) -> None:
         self.dsn, self.settings = dsn, settings
         self.tokens = TokenStore(settings.home)
-        self.slots = threading.BoundedSemaphore(settings.read_max_queries)
         self._pools: dict[str | None, list[LocalReader]] = {}
         self._lock = threading.Lock()
+        self._running: dict[str, int] = {}  # token id -> its queries running now (absent: none)
+
+    def take_slot(self, token_id: str) -> Response | None:
+        """A query slot for a query of ``token_id``, or the response refusing it: 503 when every slot is
+        taken, 429 when the token's own share is. Never blocks. A slot taken is given back by :meth:`give_slot`."""
+        cap, share = self.settings.read_max_queries, self.settings.read_max_queries_per_token
+        with self._lock:
+            held = self._running.get(token_id, 0)
+            if sum(self._running.values()) >= cap:
+                return PlainTextResponse(f"{cap} queries are running; retry", 503, headers={"Retry-After": "1"})
+            if held >= share:
+                return PlainTextResponse(f"this token runs {held} queries, its share "
+                                         "(REWARDFLOW_READ_MAX_QUERIES_PER_TOKEN); retry", 429, headers={"Retry-After": "1"})
+            self._running[token_id] = held + 1
+        return None
+
+    def give_slot(self, token_id: str) -> None:
+        with self._lock:
+            left = self._running.get(token_id, 0) - 1
+            if left > 0:
+                self._running[token_id] = left
+            else:
+                self._running.pop(token_id, None)
 
     def borrow(self, database: str | None) -> LocalReader:
         """A reader of ``database`` no other request uses now (blocking: may open a connection)."""
@@ -112,12 +136,13 @@ def create_app(service: ReadService) -> FastAPI:
             sql, parameters, database = _query_of(admitted[1], request.headers.get("content-type", ""))
         except ValueError as exc:
             return PlainTextResponse(str(exc), 400)
-        if not service.slots.acquire(blocking=False):
-            return PlainTextResponse(f"{service.settings.read_max_queries} queries are running; retry",
-                                     503, headers={"Retry-After": "1"})
+        token_id = admitted[0].token_id
+        busy = service.take_slot(token_id)
+        if busy is not None:
+            return busy
         chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
         stop = threading.Event()
-        producer = threading.Thread(target=_run_query, args=(service, database, sql, parameters, chunks, stop),
+        producer = threading.Thread(target=_run_query, args=(service, token_id, database, sql, parameters, chunks, stop),
                                     name="rewardflow-read-query", daemon=True)
         producer.start()
         first = await run_in_threadpool(_next_chunk, chunks, producer)
@@ -280,7 +305,7 @@ def _query_of(body: bytes, content_type: str) -> tuple[str, dict[str, Any], str 
     return doc["sql"], parameters, database
 
 
-def _run_query(service: ReadService, database: str | None, sql: str, parameters: dict[str, Any],
+def _run_query(service: ReadService, token_id: str, database: str | None, sql: str, parameters: dict[str, Any],
                chunks: queue.Queue[Any], stop: threading.Event) -> None:
     """One query, in its own thread: the first item put is a Response (failed) or bytes, then bytes, then _END.
     A consumer that takes nothing for longer than the query may run stops it (a client gone unnoticed)."""
@@ -323,7 +348,7 @@ def _run_query(service: ReadService, database: str | None, sql: str, parameters:
                 service.give_back(database, reader)
             else:
                 reader.close()
-        service.slots.release()
+        service.give_slot(token_id)
         put(_END)  # (waits for room: a consumer still reading must see the end; one gone set ``stop``)
 
 

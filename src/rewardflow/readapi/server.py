@@ -7,10 +7,11 @@ that owns it (the sink of ``rewardflow run``) serves reads for everyone else;
 Bounds: at most ``read_max_connections`` connections (more get 503), at most
 ``read_max_client_connections`` of one client address (more are closed at once), each closed
 after ``read_idle_timeout_s`` without a request (also one that never sends one:
-uvicorn alone waits for a first request forever), and closed when a request it began
+uvicorn alone waits for a first request forever), closed when a request it began
 is not all in (its head within ``read_idle_timeout_s``, head and body within
 ``read_request_timeout_s``): uvicorn alone waits forever for a client that sends a
-byte now and then. asyncio serves connections without a thread each. TLS with
+byte now and then, and closed when its response waits on the client, who takes none of
+it, for ``read_send_timeout_s`` (which stops the response's query and frees its slot). asyncio serves connections without a thread each. TLS with
 ``web_tls_certfile`` / ``web_tls_keyfile``; :class:`~rewardflow.settings.Settings`
 refuses a non-loopback ``web_host`` without TLS unless ``web_insecure_public`` says a
 proxy in front does it.
@@ -43,10 +44,12 @@ log = logging.getLogger(__name__)
 
 class _BoundedProtocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, closing a connection that sends no request within the keep-alive timeout,
-    or does not finish the request it began within its deadlines (:attr:`head_timeout`, :attr:`request_timeout`)."""
+    does not finish the request it began within its deadlines (:attr:`head_timeout`, :attr:`request_timeout`),
+    or reads none of its response for :attr:`send_timeout` while the transport's buffer is full."""
 
     head_timeout = 5.0
     request_timeout = 30.0
+    send_timeout = 60.0
     per_client = 64
     open_by_client: dict[str, int] = {}  # (each server's subclass has its own: :class:`ReadServer`)
 
@@ -54,6 +57,7 @@ class _BoundedProtocol(H11Protocol):
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
         self._deadlines: list[asyncio.TimerHandle] = []
+        self._stalled: asyncio.TimerHandle | None = None
         self._address = str(self.client[0]) if self.client else ""
         held = self.open_by_client[self._address] = self.open_by_client.get(self._address, 0) + 1
         if held > self.per_client:
@@ -69,8 +73,30 @@ class _BoundedProtocol(H11Protocol):
         super().on_response_complete()
         self._watch_request()  # (a pipelined request may have begun meanwhile)
 
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: the client must take some of it within :attr:`send_timeout`."""
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.send_timeout, self._not_reading)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _not_reading(self) -> None:
+        self._stalled = None
+        if not self.transport.is_closing():
+            log.info("closing a connection from %s that took none of its response for %.0f s "
+                     "(REWARDFLOW_READ_SEND_TIMEOUT_S)", self.client, self.send_timeout)
+            self.transport.abort()  # (close() would wait, forever, to write out the buffer the client does not take)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         left = self.open_by_client.get(self._address, 1) - 1
         if left > 0:
             self.open_by_client[self._address] = left
@@ -121,6 +147,7 @@ class ReadServer:
         tls = settings.web_tls_certfile is not None
         protocol = type("BoundedProtocol", (_BoundedProtocol,), {
             "head_timeout": settings.read_idle_timeout_s, "request_timeout": settings.read_request_timeout_s,
+            "send_timeout": settings.read_send_timeout_s,
             "per_client": settings.read_max_client_connections, "open_by_client": {}})
         self._config = uvicorn.Config(
             create_app(self.service), http=protocol, lifespan="off", log_level="warning",
