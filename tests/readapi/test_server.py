@@ -427,6 +427,18 @@ def test_one_client_address_holds_at_most_its_share_of_the_connections(ch_db: Ch
         assert post(f"{server.url}/query", b"SELECT 1", grant(settings))[0] == 200  # the share is free again
 
 
+def test_loopback_addresses_share_one_clients_share_of_the_connections(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_client_connections=8, read_idle_timeout_s=30.0)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        sockets = [socket.create_connection((host, int(port)), timeout=5, source_address=(f"127.0.0.{2 + i % 4}", 0))
+                   for i in range(16)]  # four addresses of this host, four connections each
+        time.sleep(0.5)
+        assert len([s for s in sockets if not _closed_now(s)]) == 8
+        for s in sockets:
+            s.close()
+
+
 def _closed_now(s: socket.socket) -> bool:
     """Whether the server closed ``s`` (what it answered before that, a 401 say, is read and dropped)."""
     s.setblocking(False)

@@ -5,7 +5,8 @@ that owns it (the sink of ``rewardflow run``) serves reads for everyone else;
 :func:`~rewardflow.clickhouse.connect.open_reader` in any other process uses it.
 
 Bounds: at most ``read_max_connections`` connections (more get 503), at most
-``read_max_client_connections`` of one client address (more are closed at once), each closed
+``read_max_client_connections`` of one client (an address; all of loopback; an IPv6 /64: more
+are closed at once), each closed
 after ``read_idle_timeout_s`` without a request (also one that never sends one:
 uvicorn alone waits for a first request forever), closed when a request it began
 is not all in (its head within ``read_idle_timeout_s``, head and body within
@@ -24,6 +25,7 @@ cannot); :meth:`ReadServer.start` returns once the server accepts connections;
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 import threading
@@ -42,6 +44,23 @@ from rewardflow.settings import Settings
 log = logging.getLogger(__name__)
 
 
+def client_of(address: str) -> str:
+    """The client an address counts as for ``read_max_client_connections``: the address itself, but one
+    client for all of IPv4 loopback (``127.0.0.0/8``, every address of it this very host) and one for each
+    IPv6 ``/64`` (what one host is given to pick its addresses from). An IPv4-mapped address counts as IPv4."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv4Address):
+        return "127.0.0.0/8" if ip.is_loopback else str(ip)
+    if ip.is_loopback:
+        return "127.0.0.0/8"
+    return str(ipaddress.IPv6Network((ip, 64), strict=False))
+
+
 class _BoundedProtocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, closing a connection that sends no request within the keep-alive timeout,
     does not finish the request it began within its deadlines (:attr:`head_timeout`, :attr:`request_timeout`),
@@ -58,7 +77,7 @@ class _BoundedProtocol(H11Protocol):
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
         self._deadlines: list[asyncio.TimerHandle] = []
         self._stalled: asyncio.TimerHandle | None = None
-        self._address = str(self.client[0]) if self.client else ""
+        self._address = client_of(str(self.client[0])) if self.client else ""
         held = self.open_by_client[self._address] = self.open_by_client.get(self._address, 0) + 1
         if held > self.per_client:
             log.info("closing a connection from %s: it holds %d already (REWARDFLOW_READ_MAX_CLIENT_CONNECTIONS)",

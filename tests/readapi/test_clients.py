@@ -1,0 +1,25 @@
+"""Which client an address counts as, for the read endpoint's share of connections per client."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardflow.readapi.server import client_of
+
+
+@pytest.mark.parametrize(("address", "client"), [
+    ("10.1.2.3", "10.1.2.3"),
+    ("10.1.2.4", "10.1.2.4"),
+    ("127.0.0.1", "127.0.0.0/8"),
+    ("127.3.2.1", "127.0.0.0/8"),
+    ("::1", "127.0.0.0/8"),
+    ("::ffff:127.0.0.9", "127.0.0.0/8"),
+    ("::ffff:10.0.0.1", "10.0.0.1"),
+    ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),
+    ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+    ("fe80::1%eth0", "fe80::/64"),
+    ("not an address", "not an address"),
+])
+def test_an_address_counts_as_its_client(address: str, client: str) -> None:
+    assert client_of(address) == client
