@@ -4,7 +4,7 @@
   moves only the cursors the token's role allows.
 * A body over ``read_max_body_bytes`` is refused (413) before it is read whole.
 * At most ``read_max_queries`` queries run at once, each in a thread of its own
-  that streams Arrow IPC through a small bounded queue; one more gets 503 with
+  that streams Arrow IPC through a small bounded queue (:mod:`.stream`); one more gets 503 with
   ``Retry-After``. One token runs at most ``read_max_queries_per_token`` of them;
   one more of its own gets 429 with ``Retry-After``. A client that goes away (or
   whose connection the server closes: :mod:`.server`) stops its query at the next
@@ -18,105 +18,22 @@ routes never raise to the server (every failure is a status with a one-line body
 
 from __future__ import annotations
 
-import io
 import os
-import queue
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import orjson
-import pyarrow as pa
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from rewardflow.clickhouse.connect import local_reader
-from rewardflow.clickhouse.ddl import quote_ident
-from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.errors import QueryError, clean_message, is_driver_error
-from rewardflow.clickhouse.readers import CursorError, LocalReader
-from rewardflow.clickhouse.readonly import ReadOnlyViolation
-from rewardflow.clickhouse.remote import ARROW_STREAM, SERVICE
-from rewardflow.readapi.tokens import Grant, TokenStore
-from rewardflow.settings import Settings
+from rewardflow.clickhouse.readers import CursorError
+from rewardflow.clickhouse.remote import SERVICE
+from rewardflow.readapi.service import ReadService
+from rewardflow.readapi.stream import stream_query
+from rewardflow.readapi.tokens import Grant
 
 _MAX_PARAMETERS = 256
-_END = object()
-
-
-class ReadService:
-    """What the routes share: the engine's readers (a pool per database), the token store, the query slots."""
-
-    def __init__(self, dsn: Dsn, settings: Settings) -> None:
-        self.dsn, self.settings = dsn, settings
-        self.tokens = TokenStore(settings.home)
-        self._pools: dict[str | None, list[LocalReader]] = {}
-        self._lock = threading.Lock()
-        self._running: dict[str, int] = {}  # token id -> its queries running now (absent: none)
-
-    def take_slot(self, token_id: str) -> Response | None:
-        """A query slot for a query of ``token_id``, or the response refusing it: 503 when every slot is
-        taken, 429 when the token's own share is. Never blocks. A slot taken is given back by :meth:`give_slot`."""
-        cap, share = self.settings.read_max_queries, self.settings.read_max_queries_per_token
-        with self._lock:
-            held = self._running.get(token_id, 0)
-            if sum(self._running.values()) >= cap:
-                return PlainTextResponse(f"{cap} queries are running; retry", 503, headers={"Retry-After": "1"})
-            if held >= share:
-                return PlainTextResponse(f"this token runs {held} queries, its share "
-                                         "(REWARDFLOW_READ_MAX_QUERIES_PER_TOKEN); retry", 429, headers={"Retry-After": "1"})
-            self._running[token_id] = held + 1
-        return None
-
-    def give_slot(self, token_id: str) -> None:
-        with self._lock:
-            left = self._running.get(token_id, 0) - 1
-            if left > 0:
-                self._running[token_id] = left
-            else:
-                self._running.pop(token_id, None)
-
-    def borrow(self, database: str | None) -> LocalReader:
-        """A reader of ``database`` no other request uses now (blocking: may open a connection)."""
-        if database is not None:
-            quote_ident(database)  # refuse anything but a plain name
-        with self._lock:
-            pool = self._pools.setdefault(database, [])
-            if pool:
-                return pool.pop()
-        return local_reader(self.dsn.with_database(database), self.settings)
-
-    def give_back(self, database: str | None, reader: LocalReader) -> None:
-        with self._lock:
-            self._pools.setdefault(database, []).append(reader)
-
-    def close(self) -> None:
-        with self._lock:
-            for pool in self._pools.values():
-                for reader in pool:
-                    reader.close()
-            self._pools.clear()
-
-
-class _Chunks(io.RawIOBase):
-    """A write-only file that keeps what Arrow's stream writer writes, taken out by :meth:`take`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._parts: list[bytes] = []
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        self._parts.append(bytes(data))
-        return len(data)
-
-    def take(self) -> bytes:
-        out, self._parts = b"".join(self._parts), []
-        return out
 
 
 def create_app(service: ReadService) -> FastAPI:
@@ -140,17 +57,7 @@ def create_app(service: ReadService) -> FastAPI:
         busy = service.take_slot(token_id)
         if busy is not None:
             return busy
-        chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
-        stop = threading.Event()
-        producer = threading.Thread(target=_run_query, args=(service, token_id, database, sql, parameters, chunks, stop),
-                                    name="rewardflow-read-query", daemon=True)
-        producer.start()
-        first = await run_in_threadpool(_next_chunk, chunks, producer)
-        if isinstance(first, Response):
-            return first
-        if first is _END:
-            return PlainTextResponse("the query ended without a result", 500)
-        return StreamingResponse(_drain(first, chunks, stop, producer), media_type=ARROW_STREAM)
+        return await stream_query(service, token_id, database, sql, parameters)
 
     @app.post("/cursor")
     async def cursor(request: Request) -> Response:
@@ -303,88 +210,6 @@ def _query_of(body: bytes, content_type: str) -> tuple[str, dict[str, Any], str 
     if database is not None and not isinstance(database, str):
         raise ValueError("database must be a name")
     return doc["sql"], parameters, database
-
-
-def _run_query(service: ReadService, token_id: str, database: str | None, sql: str, parameters: dict[str, Any],
-               chunks: queue.Queue[Any], stop: threading.Event) -> None:
-    """One query, in its own thread: the first item put is a Response (failed) or bytes, then bytes, then _END.
-    A consumer that takes nothing for longer than the query may run stops it (a client gone unnoticed)."""
-    deadline = time.monotonic() + service.settings.read_max_execution_s + 30
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                chunks.put(item, timeout=0.5)
-                return True
-            except queue.Full:
-                if time.monotonic() > deadline:
-                    stop.set()
-        return False
-
-    reader, clean = None, False  # a reader whose stream failed or was cut off is closed, not reused
-    try:
-        reader = service.borrow(database)
-        batches = reader.stream_arrow(sql, parameters)
-        first = next(batches, None)
-        schema = first.schema if first is not None else reader.query_arrow(sql, parameters).schema
-        sink = _Chunks()
-        with pa.ipc.new_stream(sink, schema) as writer:
-            for batch in _chain(first, batches):
-                writer.write_batch(batch)
-                if not put(sink.take()):
-                    getattr(batches, "close", lambda: None)()  # (a generator: ends the engine's stream)
-                    return
-        clean = put(sink.take())
-    except ReadOnlyViolation as exc:
-        clean = True  # (refused before it ran)
-        put(PlainTextResponse(str(exc), 403))
-    except (QueryError, ValueError) as exc:
-        put(PlainTextResponse(str(exc), 400))
-    except Exception as exc:  # noqa: BLE001 - one line to the client, the endpoint goes on
-        put(PlainTextResponse(f"{type(exc).__name__}: {exc}"[:500], 500))
-    finally:
-        if reader is not None:
-            if clean:
-                service.give_back(database, reader)
-            else:
-                reader.close()
-        service.give_slot(token_id)
-        put(_END)  # (waits for room: a consumer still reading must see the end; one gone set ``stop``)
-
-
-def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    if first is not None:
-        yield first
-        yield from rest
-
-
-def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread) -> Any:
-    """The query thread's next item, or _END once that thread has ended with nothing left to take.
-
-    Blocks a worker thread of the endpoint until then, never longer: an end marker the query thread
-    could not put (it stopped first) must not keep that worker, and the endpoint has only so many.
-    """
-    while True:
-        try:
-            return chunks.get(timeout=0.5)
-        except queue.Empty:
-            if not producer.is_alive():
-                try:
-                    return chunks.get_nowait()
-                except queue.Empty:
-                    return _END
-
-
-async def _drain(first: bytes, chunks: queue.Queue[Any], stop: threading.Event,
-                 producer: threading.Thread) -> AsyncIterator[bytes]:
-    """The response body: the query thread's chunks until it ends; stops the query if the client left."""
-    try:
-        yield first
-        while (item := await run_in_threadpool(_next_chunk, chunks, producer)) is not _END:
-            if isinstance(item, bytes):
-                yield item
-    finally:
-        stop.set()  # (the query thread notices within half a second, and stops)
 
 
 def _advance(service: ReadService, database: str | None, trainer: str, position: int, rows: int, filters: str) -> None:

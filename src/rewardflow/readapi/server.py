@@ -37,7 +37,8 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rewardflow.clickhouse.dsn import Dsn
-from rewardflow.readapi.app import ReadService, create_app
+from rewardflow.readapi.app import create_app
+from rewardflow.readapi.service import ReadService
 from rewardflow.readapi.tokens import ensure_local_token
 from rewardflow.settings import Settings
 

@@ -1,0 +1,147 @@
+"""A query's result streamed as Arrow IPC: the engine's batches in a thread of the query's own, through a
+small bounded queue, to the response.
+
+Contract: :func:`stream_query` takes a slot already taken for the query (``ReadService.take_slot``) and gives
+it back when the query's thread ends, however it ends: the result read out, the query failed, or the client
+gone (its response stopped, or nothing taken from the queue for longer than the query may run). A failure
+before the first batch is the response itself (400, 403, 500 with one line); once the stream has begun, a
+failure ends it early.
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pyarrow as pa
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from rewardflow.clickhouse.errors import QueryError
+from rewardflow.clickhouse.readonly import ReadOnlyViolation
+from rewardflow.clickhouse.remote import ARROW_STREAM
+from rewardflow.readapi.service import ReadService
+
+_END = object()
+
+
+async def stream_query(service: ReadService, token_id: str, database: str | None, sql: str,
+                       parameters: dict[str, Any]) -> Response:
+    """The response of one query of ``token_id``, whose slot is taken: its Arrow stream, or its failure."""
+    chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
+    stop = threading.Event()
+    producer = threading.Thread(target=_run_query, args=(service, token_id, database, sql, parameters, chunks, stop),
+                                name="rewardflow-read-query", daemon=True)
+    producer.start()
+    first = await run_in_threadpool(_next_chunk, chunks, producer)
+    if isinstance(first, Response):
+        return first
+    if first is _END:
+        return PlainTextResponse("the query ended without a result", 500)
+    return StreamingResponse(_drain(first, chunks, stop, producer), media_type=ARROW_STREAM)
+
+
+class _Chunks(io.RawIOBase):
+    """A write-only file that keeps what Arrow's stream writer writes, taken out by :meth:`take`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+
+def _run_query(service: ReadService, token_id: str, database: str | None, sql: str, parameters: dict[str, Any],
+               chunks: queue.Queue[Any], stop: threading.Event) -> None:
+    """One query, in its own thread: the first item put is a Response (failed) or bytes, then bytes, then _END.
+    A consumer that takes nothing for longer than the query may run stops it (a client gone unnoticed)."""
+    deadline = time.monotonic() + service.settings.read_max_execution_s + 30
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                chunks.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    stop.set()
+        return False
+
+    reader, clean = None, False  # a reader whose stream failed or was cut off is closed, not reused
+    try:
+        reader = service.borrow(database)
+        batches = reader.stream_arrow(sql, parameters)
+        first = next(batches, None)
+        schema = first.schema if first is not None else reader.query_arrow(sql, parameters).schema
+        sink = _Chunks()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for batch in _chain(first, batches):
+                writer.write_batch(batch)
+                if not put(sink.take()):
+                    getattr(batches, "close", lambda: None)()  # (a generator: ends the engine's stream)
+                    return
+        clean = put(sink.take())
+    except ReadOnlyViolation as exc:
+        clean = True  # (refused before it ran)
+        put(PlainTextResponse(str(exc), 403))
+    except (QueryError, ValueError) as exc:
+        put(PlainTextResponse(str(exc), 400))
+    except Exception as exc:  # noqa: BLE001 - one line to the client, the endpoint goes on
+        put(PlainTextResponse(f"{type(exc).__name__}: {exc}"[:500], 500))
+    finally:
+        if reader is not None:
+            if clean:
+                service.give_back(database, reader)
+            else:
+                reader.close()
+        service.give_slot(token_id)
+        put(_END)  # (waits for room: a consumer still reading must see the end; one gone set ``stop``)
+
+
+def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if first is not None:
+        yield first
+        yield from rest
+
+
+def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread) -> Any:
+    """The query thread's next item, or _END once that thread has ended with nothing left to take.
+
+    Blocks a worker thread of the endpoint until then, never longer: an end marker the query thread
+    could not put (it stopped first) must not keep that worker, and the endpoint has only so many.
+    """
+    while True:
+        try:
+            return chunks.get(timeout=0.5)
+        except queue.Empty:
+            if not producer.is_alive():
+                try:
+                    return chunks.get_nowait()
+                except queue.Empty:
+                    return _END
+
+
+async def _drain(first: bytes, chunks: queue.Queue[Any], stop: threading.Event,
+                 producer: threading.Thread) -> AsyncIterator[bytes]:
+    """The response body: the query thread's chunks until it ends; stops the query if the client left."""
+    try:
+        yield first
+        while (item := await run_in_threadpool(_next_chunk, chunks, producer)) is not _END:
+            if isinstance(item, bytes):
+                yield item
+    finally:
+        stop.set()  # (the query thread notices within half a second, and stops)
