@@ -104,10 +104,27 @@ def test_export_file_matches_the_table_and_trainer_mode_is_incremental(env: dict
     assert got.select(want.column_names).to_pylist() == want.to_pylist()
     assert got.column_names[-3:] == ["policy_generation", "policy_age_s", "policy_lag"]  # ck-a is not registered:
     assert got.column("policy_generation").null_count == 60  # no lineage
+    out.unlink()
     assert run("export", "--checkpoint", "ck-a", "--trainer", "t1", "--settle", "0", "--out", str(out)).exit_code == 0
     assert pq.read_table(out).num_rows == 60
-    again = run("export", "--checkpoint", "ck-a", "--trainer", "t1", "--settle", "0", "--out", str(out))
+    kept = run("export", "--checkpoint", "ck-a", "--trainer", "t1", "--settle", "0", "--out", str(out))
+    assert kept.exit_code == 2 and "--overwrite" in kept.output and pq.read_table(out).num_rows == 60
+    again = run("export", "--checkpoint", "ck-a", "--trainer", "t1", "--settle", "0", "--out", str(out), "--overwrite")
     assert "exported 0 rows" in again.output and pq.read_table(out).num_rows == 0
+
+
+def test_export_of_several_spec_versions_needs_one_named_or_all(env: dict[str, str], ch_db: ChDatabase,
+                                                                 tmp_path: Path) -> None:
+    insert(ch_db.client, [reward(i, checkpoint="ck-a") for i in range(10)])
+    insert(ch_db.client, [reward(i, checkpoint="ck-a", spec="v2") for i in range(10)], token="v2")
+    out = tmp_path / "r.parquet"
+    refused = run("export", "--checkpoint", "ck-a", "--out", str(out))
+    assert refused.exit_code == 2 and "2 spec versions (v1, v2)" in refused.output and not out.exists()
+    assert "exported 10 rows" in run("export", "--checkpoint", "ck-a", "--spec-version", "v2", "--out", str(out)).output
+    assert set(pq.read_table(out).column("spec_version").to_pylist()) == {"v2"}
+    assert "exported 20 rows" in run("export", "--checkpoint", "ck-a", "--all-specs", "--out", str(out)).output
+    unknown = run("export", "--checkpoint", "nope", "--out", str(out))
+    assert unknown.exit_code == 0 and "no reward matches checkpoint 'nope'" in unknown.output
 
 
 def test_db_migrate_and_describe(env: dict[str, str], ch_db: ChDatabase) -> None:

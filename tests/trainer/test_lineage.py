@@ -148,7 +148,7 @@ def test_export_passes_max_policy_lag_through(ch_db: ChDatabase, tmp_path: Path,
     runner = CliRunner()
 
     def export(*args: str) -> str:
-        result = runner.invoke(app, ["export", "--checkpoint", "g1", "--out", str(out), "--settle", "0", *args])
+        result = runner.invoke(app, ["export", "--checkpoint", "g1", "--out", str(out), "--settle", "0", "--overwrite", *args])
         assert result.exit_code == 0, result.output
         return result.output
 

@@ -3,7 +3,10 @@
 Without ``--trainer``: a snapshot of every final reward of the checkpoint.
 With ``--trainer``: only rows newer than that trainer's cursor, and the cursor
 advances once the file is complete (see :mod:`rewardflow.trainer.export`), so
-repeated exports hand each sample to the trainer exactly once. Works while the
+repeated exports hand each sample to the trainer exactly once. An existing ``--out``
+holds rows the trainer's cursor has passed: it is replaced only with ``--overwrite``.
+A checkpoint scored by several reward spec versions has a row per sample and version:
+without ``--spec-version`` the export is refused unless ``--all-specs`` asks for every version. Works while the
 pipeline runs (a busy chDB directory is read through its owner's endpoint).
 Every row carries its checkpoint's lineage (``policy_generation``, ``policy_age_s``,
 ``policy_lag``); ``--max-policy-lag N`` exports only rows of registered checkpoints at most N
@@ -36,6 +39,10 @@ def command(
     out: Annotated[Path, typer.Option("--out", help="Parquet file to write (replaced atomically).")],
     spec_version: Annotated[str | None, typer.Option("--spec-version", help="Only this reward spec version.")] = None,
     trainer: Annotated[str | None, typer.Option("--trainer", help="Export only rows new to this trainer, then advance its cursor.")] = None,
+    all_specs: Annotated[bool, typer.Option(
+        "--all-specs", help="Without --spec-version, export every spec version's row of each sample.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="With --trainer, replace an existing --out (its rows are behind the cursor).")] = False,
     include_provisional: Annotated[bool, typer.Option("--include-provisional", help="Also export provisional outcomes.")] = False,
     settle: Annotated[float, typer.Option("--settle", help="Seconds a row must be old to be exported (trainer mode).")] = 10.0,
     max_policy_lag: Annotated[int | None, typer.Option(
@@ -46,6 +53,9 @@ def command(
     """Export reward records to Parquet, with a progress bar and the final count."""
     settings = load_settings()
     console = Console(stderr=True)
+    if trainer is not None and out.exists() and not overwrite:
+        raise _fail(f"{out} exists, and its rows are behind trainer {trainer!r}'s cursor: train on it and move it "
+                    "away first, or pass --overwrite")
     try:
         reader = RewardReader(
             trainer=trainer, checkpoint=checkpoint, spec_version=spec_version,
@@ -59,6 +69,16 @@ def command(
             raise
         raise _fail(f"cannot connect to ClickHouse: {clean_message(exc)}") from None
     try:
+        versions = reader.spec_versions()
+        if not versions:
+            typer.echo(f"note: no reward matches checkpoint {checkpoint!r}"
+                       f"{f' and spec version {spec_version!r}' if spec_version else ''} "
+                       "(rewardflow sql \"SELECT DISTINCT checkpoint_id, spec_version FROM rewards\" lists them)", err=True)
+        if spec_version is None and not all_specs:
+            if len(versions) > 1:
+                raise _fail(f"checkpoint {checkpoint!r} has rewards of {len(versions)} spec versions "
+                            f"({', '.join(versions)}), a row per sample and version: pass --spec-version "
+                            f"{versions[-1]}, say, or --all-specs for every version's rows")
         total = reader.count_new()
         columns = (TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:

@@ -74,6 +74,12 @@ def rewards_sql(filters: Mapping[str, Any], after: int, upto: int) -> tuple[str,
     return sql, {**params, "after": after, "upto": upto}
 
 
+def spec_versions_sql(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The reward spec versions of the rows matching ``filters``, at any position, in order."""
+    cond, params = where_clause(filters)
+    return f"SELECT DISTINCT spec_version FROM rewards{f' WHERE {cond}' if cond else ''} ORDER BY spec_version", params
+
+
 def count_sql(filters: Mapping[str, Any], after: int) -> tuple[str, dict[str, Any]]:
     """How many rows an export after ``after`` would return (for progress bars)."""
     cond, params = where_clause(filters)

@@ -62,7 +62,7 @@ from rewardflow.lineage.columns import LineageColumns, lineage_schema
 from rewardflow.lineage.registry import Registry
 from rewardflow.lineage.store import load_registry
 from rewardflow.settings import Settings, load_settings
-from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql
+from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql, spec_versions_sql
 
 
 class RewardReader:
@@ -117,6 +117,12 @@ class RewardReader:
         registry = load_registry(self._reader) if self.filters["max_policy_lag"] is not None else Registry()
         sql, params = count_sql(self._filters(registry), self.cursor)
         return int(self._reader.query_arrow(sql, params).column(0)[0].as_py())
+
+    def spec_versions(self) -> list[str]:
+        """The reward spec versions of the rows the filters match, new to the trainer or not. Without a
+        ``spec_version`` filter, each sample comes once per version it was scored with."""
+        sql, params = spec_versions_sql({**self.filters, "checkpoint_ids": None})
+        return [str(v) for v in self._reader.query_arrow(sql, params).column(0).to_pylist()]
 
     def _filters(self, registry: Registry) -> dict[str, Any]:
         """The SQL filters: the reader's, and the checkpoints within ``max_policy_lag`` of ``registry``."""
