@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import secrets
 import time
 import tomllib
@@ -27,6 +28,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 DEFAULT_HOME = Path(os.environ.get("REWARDFLOW_HOME", Path.home() / ".rewardflow"))
 
@@ -329,6 +331,11 @@ def load_settings(**overrides: Any) -> Settings:
             raise SettingsError(f"REWARDFLOW_CONFIG_FILE={cfg} is not valid TOML: {exc}") from exc
     try:
         return Settings(**overrides)
+    except PydanticSettingsError as exc:  # a value the source cannot parse: a list or a map not written as JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = f"REWARDFLOW_{field.group(1).upper()}" if field else "a setting"
+        raise SettingsError(f"invalid configuration: {name}: cannot parse its value; a list or a map is written "
+                            "as JSON, e.g. [30, 120]") from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -44,16 +44,28 @@ def test_emit_sample_file(fmt: str, kafka_broker: Any, unique_topic: Callable[..
     assert len(back) == valid and "bad-line-example" not in {e["event_id"] for e in back}
 
 
-def test_strict_and_failures_exit_non_zero(tmp_path: Path) -> None:
+def test_an_unreachable_broker_is_one_line_and_exit_2(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     lines = tmp_path / "few.jsonl"
-    lines.write_bytes(b"\n".join(sample_lines()[:5]) + b"\nnot json\n")
+    lines.write_bytes(b"\n".join(sample_lines()[:5]) + b"\n")
     result = runner.invoke(app, ["emit", str(lines), "--bootstrap", f"127.0.0.1:{port}", "--timeout", "1"])
-    assert result.exit_code == 1, result.output
-    assert "│ failed   │ 5" in result.output and "_MSG_TIMED_OUT" in result.output
-    assert "rejected line 6: <line>: not JSON" in result.output
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"error: Kafka at 127.0.0.1:{port} does not answer; start it (`rewardflow kafka up`)"
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(60)
+def test_strict_exits_1_on_a_rejected_line(tmp_path: Path, kafka_broker: Any, unique_topic: Callable[..., str]) -> None:
+    topic = unique_topic("cli-emit-strict")
+    lines = tmp_path / "few.jsonl"
+    lines.write_bytes(b"\n".join(sample_lines()[:5]) + b"\nnot json\n")
+    args = ["emit", str(lines), "--topic", topic, "--bootstrap", kafka_broker.bootstrap]
+    lenient = runner.invoke(app, args)
+    assert lenient.exit_code == 0, lenient.output
+    assert "rejected line 6: <line>: not JSON" in lenient.output and "│ sent     │ 5" in lenient.output
+    assert runner.invoke(app, [*args, "--strict"]).exit_code == 1
 
 
 def test_missing_file_is_a_usage_error() -> None:

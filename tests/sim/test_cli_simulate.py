@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from rewardflow.cli.main import app
+from rewardflow.clickhouse.tables import EVENTS
 from rewardflow.sim import ab_config, ground_truth
+from tests.clickhouse.rows import T0, event_row
+from tests.conftest_clickhouse import ChDatabase
 
 runner = CliRunner()
 
@@ -33,3 +39,21 @@ def test_bad_options_exit_2() -> None:
         result = runner.invoke(app, ["simulate", "--dry-run", *args])
         assert result.exit_code == 2, args
         assert needle in result.stderr
+
+
+@pytest.mark.clickhouse
+def test_a_simulation_older_than_the_pipelines_events_is_warned_of(ch_db: ChDatabase) -> None:
+    from rewardflow.cli.simulate import _warn_if_late
+
+    settings = ch_db.settings()
+    console = Console(record=True, width=400)
+    _warn_if_late(settings, T0, console)
+    assert console.export_text() == ""  # no event stored yet
+    rows: list[Any] = [event_row(i, ts=T0 + 3_600_000 + i) for i in range(3)]
+    ch_db.client.insert("events", [[r[n] for n in EVENTS.record_columns] for r in rows],
+                        column_names=list(EVENTS.record_columns))
+    _warn_if_late(settings, T0 + 3_600_000, console)
+    assert console.export_text() == ""  # the simulation starts where the pipeline's events are
+    _warn_if_late(settings, T0, console)
+    text = console.export_text()
+    assert "warning:" in text and "1.0 h after this simulation's first" in text and "--time-scale 1" in text

@@ -40,7 +40,7 @@ def command(
         typer.echo(f"error: --processes {processes} with the embedded chDB needs the process that owns it "
                    "(`rewardflow run`) running: the collectors read the keys through its read endpoint", err=True)
         raise typer.Exit(2)
-    ensure_kafka(settings, start=False)
+    ensure_kafka(settings, start=False, hint=", or run the edge with the pipeline: `rewardflow run --collect`")
     ensure_topics(settings)
     if processes > 1:
         try:

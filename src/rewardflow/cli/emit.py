@@ -27,6 +27,7 @@ from rich.table import Table
 
 from rewardflow.client import BufferFull, EventProducer, ProducerConfig, ProducerStats, UndeliveredEvents
 from rewardflow.events.errors import EventError, InvalidEvent
+from rewardflow.cli.run import ensure_kafka
 from rewardflow.settings import load_settings
 
 SHOWN_REJECTIONS = 20
@@ -65,6 +66,7 @@ def command(
     Exit code 1 if any event failed delivery (or, with --strict, any line was rejected).
     """
     settings = load_settings(**({"kafka_bootstrap": bootstrap} if bootstrap else {}))
+    ensure_kafka(settings, start=False, hint="")
     # librdkafka gives up on a record after `timeout`; close waits a little longer so that the
     # reason of a failure (e.g. _MSG_TIMED_OUT) is reported rather than a bare "unacknowledged"
     config = ProducerConfig(topic=topic, wire_format=wire_format.value, block_timeout_s=timeout,

@@ -67,9 +67,21 @@ def _keys() -> Iterator[IngestKeys | EndpointKeys]:
             raise _fail(str(exc)) from None
         return
     reader.close()
-    client = get_client(dsn=as_dsn(settings.dsn))
+    from rewardflow.clickhouse.migrate import ensure_database, migrate
+
+    dsn = as_dsn(settings.dsn)
+    try:  # the tables as `rewardflow run` makes them: keys are often the first thing made on a new machine
+        ensure_database(dsn)
+        client = get_client(dsn=dsn)
+    except Exception as exc:
+        if not is_driver_error(exc):
+            raise
+        raise _fail(clean_message(exc)) from None
     try:
+        migrate(client, events_ttl_days=settings.events_ttl_days)
         yield IngestKeys(client)
+    except ClickHouseError as exc:
+        raise _fail(str(exc)) from None
     except Exception as exc:
         if not is_driver_error(exc):
             raise

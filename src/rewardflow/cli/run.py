@@ -31,15 +31,15 @@ def _fail(msg: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def ensure_kafka(settings: Settings, start: bool) -> None:
-    """Check the broker answers; with ``start``, bring up the project's local broker first."""
+def ensure_kafka(settings: Settings, start: bool, hint: str = " or pass --start-kafka") -> None:
+    """Check the broker answers; with ``start``, bring up the project's local broker first. Not answering
+    and not ``start``: exit 2 with one line, which ends with ``hint`` (what else the command offers)."""
     from rewardflow.kafka_local.admin import metadata_ready
 
-    if metadata_ready(settings.kafka_bootstrap, timeout=3.0):
+    if metadata_ready(settings.kafka_bootstrap, timeout=3.0, config=settings.kafka_client_config()):
         return
     if not start:
-        _fail(f"Kafka at {settings.kafka_bootstrap} does not answer; start it (`rewardflow kafka up`) "
-              "or pass --start-kafka")
+        _fail(f"Kafka at {settings.kafka_bootstrap} does not answer; start it (`rewardflow kafka up`){hint}")
     from rewardflow.kafka_local import LocalBroker
 
     broker = LocalBroker(settings.home, settings.local_broker_port, settings.local_broker_controller_port,

@@ -54,6 +54,31 @@ def _check_broker(settings: Settings, topic: str) -> None:
         raise _fail(f"topic {topic} does not exist on {settings.kafka_bootstrap}; create the topics first")
 
 
+def _warn_if_late(settings: Settings, start_ms: int, console: Console) -> None:
+    """Warn when the pipeline's stored events are already past ``start_ms``: its partitions' clocks are,
+    so the simulation's events would be late (excluded, not scored). Silent when no database answers."""
+    from rewardflow.clickhouse.connect import open_reader
+
+    try:
+        reader = open_reader(settings)
+        try:
+            newest = reader.query_arrow("SELECT max(ts) AS t, count() AS n FROM events")
+        finally:
+            reader.close()
+    except Exception:  # noqa: BLE001 - no pipeline database yet, or none reachable: nothing to compare with
+        return
+    if not newest.column("n")[0].as_py():
+        return
+    t = int(newest.column("t")[0].as_py())
+    if t - settings.allowed_lateness_ms <= start_ms:
+        return
+    at = time.strftime("%Y-%m-%d %H:%M", time.gmtime(t / 1000))
+    console.print(f"[yellow]warning:[/] the pipeline's events reach {at} UTC, {(t - start_ms) / 3.6e6:.1f} h after this "
+                  "simulation's first: its partitions' clocks are past most of it, so most of its events will be late "
+                  "(excluded, not scored). Send a second simulation to a fresh pipeline (another REWARDFLOW_HOME and "
+                  "REWARDFLOW_TOPIC_PREFIX), or pace it in real time (--time-scale 1).")
+
+
 def summary_table(truth: GroundTruth, sent: int | None, malformed: int | None) -> Table:
     """Ground truth as printed after a run."""
     table = Table(title="simulation summary", title_justify="left", show_header=False)
@@ -115,6 +140,7 @@ def command(
             pass
     else:
         _check_broker(settings, settings.topic(topics.RAW))
+        _warn_if_late(settings, cfg.start_ms, console)
         from rewardflow.client import ProducerError
 
         try:

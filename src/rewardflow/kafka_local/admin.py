@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -28,10 +29,12 @@ def admin_client(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap}, logger=_LIBRDKAFKA_LOG)
 
 
-def metadata_ready(bootstrap: str, timeout: float = 1.0) -> bool:
-    """True if a broker at ``bootstrap`` answers a metadata request within ``timeout``."""
+def metadata_ready(bootstrap: str, timeout: float = 1.0, config: dict[str, Any] | None = None) -> bool:
+    """True if a broker at ``bootstrap`` answers a metadata request within ``timeout``; ``config`` is
+    the whole client config (security, credentials) when the cluster needs more than the address."""
     try:
-        metadata = admin_client(bootstrap).list_topics(timeout=timeout)
+        client = admin_client(bootstrap) if config is None else AdminClient(config)
+        metadata = client.list_topics(timeout=timeout)
     except KafkaException:
         return False
     return bool(metadata.brokers)
