@@ -93,7 +93,7 @@ def test_an_honest_clock_is_left_exactly_as_sent() -> None:
 
 
 @pytest.mark.parametrize(("doc", "status", "says"), [
-    ({"events": [ev("FollowUp", "r1")]}, 400, "sent_at"),
+    ({"events": [ev("FollowUp", "r1")]}, 400, "sent_at: missing"),
     ({"sent_at": NOW // 1000, "events": [ev("FollowUp", "r1")]}, 400, "sent_at"),
     ({"sent_at": NOW, "events": []}, 400, "non-empty"),
     ({"sent_at": NOW, "events": [ev("FollowUp", "r1")] * 3}, 413, "at most 2"),

@@ -67,6 +67,8 @@ def test_simulated_traffic_reconciles_through_kafka(kafka_broker: object, tmp_pa
     topic = prefix + "events.raw"
     create_topics(bootstrap, {topic: 2})
     monkeypatch.setenv("REWARDFLOW_TOPIC_PREFIX", prefix)
+    monkeypatch.setenv("REWARDFLOW_HOME", str(tmp_path / "home"))  # (no pipeline database: nothing to warn of)
+    monkeypatch.delenv("REWARDFLOW_CLICKHOUSE_DSN", raising=False)
     monkeypatch.setenv("REWARDFLOW_CORRECTION_WINDOW_MS", str(CORRECTION_MS))
     truth_path = tmp_path / "truth.json"
     seed = _seed_with_every_fault()

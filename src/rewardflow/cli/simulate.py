@@ -45,11 +45,14 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def _check_broker(settings: Settings, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
+    from rewardflow.cli.run import ensure_kafka
+
+    ensure_kafka(settings, start=False, hint="")
     try:
         quiet = logging.getLogger("rewardflow.simulate.librdkafka")  # its retries would bury our one line
         meta = AdminClient(settings.kafka_client_config(), logger=quiet).list_topics(timeout=5)
-    except Exception as exc:
-        raise _fail(f"no Kafka broker answered at {settings.kafka_bootstrap} ({exc}); start one with `rewardflow kafka up`") from None
+    except Exception as exc:  # (it answered a moment ago)
+        raise _fail(f"Kafka at {settings.kafka_bootstrap} stopped answering ({exc})") from None
     if topic not in meta.topics:
         raise _fail(f"topic {topic} does not exist on {settings.kafka_bootstrap}; create the topics first")
 
@@ -57,8 +60,11 @@ def _check_broker(settings: Settings, topic: str) -> None:
 def _warn_if_late(settings: Settings, start_ms: int, console: Console) -> None:
     """Warn when the pipeline's stored events are already past ``start_ms``: its partitions' clocks are,
     so the simulation's events would be late (excluded, not scored). Silent when no database answers."""
-    from rewardflow.clickhouse.connect import open_reader
+    from rewardflow.clickhouse.connect import as_dsn, open_reader
 
+    dsn = as_dsn(settings.dsn)
+    if dsn.embedded and (dsn.path is None or not dsn.path.exists()):
+        return  # no pipeline has stored anything here (and opening the engine would make the directory)
     try:
         reader = open_reader(settings)
         try:

@@ -177,6 +177,15 @@ def _request_key(sql: str, params: Mapping[str, Any]) -> bytes | None:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The engine's message in one line of at most ~300 characters, cut between words: a syntax error's
+    list of what the parser expected keeps its first few entries."""
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
-    return line.split(": In scope", 1)[0][:300]
+    line = line.split(": In scope", 1)[0]
+    head, marker, expected = line.partition("Expected one of: ")
+    if marker:
+        options = expected.split(", ")
+        line = head + marker + ", ".join(options[:6]) + (", …" if len(options) > 6 else "")
+    if len(line) > 300:
+        line = line[:300].rsplit(" ", 1)[0] + " …"
+    return line

@@ -122,6 +122,8 @@ def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int
         raise Refused(400, "events: expected a non-empty list of events")
     if len(events) > max_events:
         raise Refused(413, f"events: {len(events):,} in one request; at most {max_events:,}")
+    if "sent_at" not in doc:
+        raise Refused(400, "sent_at: missing; the client's clock at send time in epoch milliseconds")
     if not _epoch_ms(sent_at) or type(sent_at) is not int:  # (the second test tells mypy what the first did)
         raise Refused(400, f"sent_at: expected the client's clock at send time in epoch milliseconds, got {shown(sent_at, 32)}")
     foreign = [i for i, e in enumerate(events) if isinstance(e, dict) and e.get("org_id", org_id) != org_id]
