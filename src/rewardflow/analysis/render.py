@@ -29,7 +29,7 @@ def report_table(report: Report) -> Table:
     conf = fmt_conf(report.confidence)
     table = Table(
         title=f"{report.candidate} vs {report.baseline}  (spec {report.spec_version}, "
-              f"{report.turns[report.baseline]:,} vs {report.turns[report.candidate]:,} turns, {conf} CI)",
+              f"{report.turns[report.candidate]:,} vs {report.turns[report.baseline]:,} turns, {conf} CI)",
         title_justify="left",
     )
     table.add_column("metric")

@@ -29,7 +29,7 @@ from rich.table import Table
 from rewardflow.analysis.audit import AuditReport, TurnKey, audit_counts, turn_of
 from rewardflow.cli.rewards import fail, open_store
 from rewardflow.core.config import JoinConfig
-from rewardflow.rewards.registry import load_dir, select_active, specs_dir
+from rewardflow.rewards.registry import active_specs, load_dir, specs_dir
 from rewardflow.rewards.spec import RewardSpec, SpecError
 from rewardflow.settings import load_settings
 
@@ -44,7 +44,7 @@ def _spec(version: str | None) -> RewardSpec:
     try:
         files = load_dir(specs_dir(settings))
         if version is None:
-            return select_active(files, settings.active_spec_versions)[0].spec
+            return active_specs(settings)[0]
         found = [f.spec for f in files if f.spec.version == version]
         if not found:
             raise SpecError(f"--spec {version}: no such version in {specs_dir(settings)}; known: "

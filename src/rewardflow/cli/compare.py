@@ -101,7 +101,7 @@ def command(
     candidate: Annotated[str, typer.Option(help="Candidate checkpoint id.")],
     policy: Annotated[Path | None, typer.Option(help="Gate policy TOML (`default`: the shipped example gate); exit 1 when a rule fails.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report (and gate) as JSON.")] = False,
-    spec_version: Annotated[str | None, typer.Option(help="Reward spec version (default: the highest present).")] = None,
+    spec_version: Annotated[str | None, typer.Option(help="Reward spec version (default: the first active one, as rewardflow audit; with --rows-file, the highest in the file).")] = None,
     confidence: Annotated[float, typer.Option(min=0.5, max=0.999, help="Confidence of the report's intervals.")] = 0.95,
     html: Annotated[Path | None, typer.Option(help="Also write ab-report.html and ab-report.json into this directory.")] = None,
     rows_file: Annotated[Path | None, typer.Option(help="Read reward rows from this Parquet / JSON-lines file, not ClickHouse.")] = None,
@@ -114,6 +114,14 @@ def command(
         except PolicyError as exc:
             raise _fail(str(exc)) from None
     settings = None if rows_file is not None else load_settings()
+    if settings is not None and spec_version is None:
+        from rewardflow.rewards.registry import active_specs
+        from rewardflow.rewards.spec import SpecError
+
+        try:
+            spec_version = active_specs(settings)[0].version
+        except SpecError as exc:
+            raise _fail(str(exc)) from None
     rows = _rows(settings, rows_file, [baseline, candidate], spec_version)
     try:
         report = compare(rows, baseline, candidate, spec_version=spec_version, confidence=confidence,
