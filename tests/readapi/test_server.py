@@ -499,6 +499,54 @@ def test_a_reader_started_while_the_owner_runs_uses_the_endpoint(endpoint: Any, 
     assert denied.returncode == 2 and "refused the token" in denied.stderr and "Traceback" not in denied.stderr
 
 
+@pytest.mark.parametrize("hello", ["missing", "forged"])
+def test_a_process_on_the_endpoints_port_is_never_shown_the_token(endpoint: Any, hello: str) -> None:
+    """Another process that answers /health as the endpoint does (it took the port first, or the reader was
+    given the wrong URL) cannot prove it keeps the token, so the reader never sends it."""
+    import http.server
+
+    seen: list[str] = []
+
+    class Squatter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._answer(200, {"service": "rewardflow-read", "pid": 1})
+
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/hello" and hello == "forged":
+                self._answer(200, {"service": "rewardflow-read", "proof": "0" * 64})
+            else:
+                self._answer(404, {})
+
+        def _answer(self, status: int, doc: dict[str, Any]) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server, settings = endpoint
+    token = grant(settings, role="owner")
+    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Squatter)
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{squatter.server_address[1]}"
+        assert endpoint_alive(url)  # it looks like the endpoint
+        with pytest.raises(AccessDenied, match="the token was not sent"):
+            RemoteReader(url, token=token).query_arrow("SELECT 1")
+    finally:
+        squatter.shutdown()
+    assert seen and not any(token in h for h in seen)
+    # the endpoint that keeps the token proves it, once a reader
+    remote = RemoteReader(server.url, token=token)
+    assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]
+    assert remote.query_arrow("SELECT 2 AS x").column("x").to_pylist() == [2]
+
+
 def test_an_unreachable_endpoint_is_reader_unavailable() -> None:
     with pytest.raises(ReaderUnavailable):
         RemoteReader("http://127.0.0.1:9", token="x").query_arrow("SELECT 1")

@@ -133,10 +133,14 @@ def command(
     from rewardflow.kafka.provision import ensure_topics
 
     ensure_topics(settings)
+    # the read endpoint's socket is bound now, not once the sink is ready: a process that took the port in
+    # between would be asked for reads (and shown the local token) by every reader of this machine
+    from rewardflow.clickhouse.connect import as_dsn
+
+    reads: Any = _read_endpoint(settings) if sink and as_dsn(settings.dsn).embedded else None
     parts: dict[str, Any] = {}
     stop = threading.Event()
     thread: threading.Thread | None = None
-    reads: Any = None
     edge: Any = None
     status: StatusLine | None = None
     supervisor: Any = None
@@ -174,8 +178,8 @@ def command(
                 _fail(f"cannot prepare ClickHouse: {clean_message(exc)}")
             thread = threading.Thread(target=sink_obj.run, args=(stop,), name="rewardflow-sink")
             thread.start()
-            if sink_obj.dsn.embedded:  # this process owns the chDB directory: everyone else reads through it
-                reads = _read_endpoint(settings, sink_obj.dsn)
+            if reads is not None:  # this process owns the chDB directory: everyone else reads through it
+                reads.start()
         edge = _collector(settings, sink_obj.dsn if sink and sink_obj.dsn.embedded else None) if collect else None
         if sink and monitor_interval > 0:
             from rewardflow.analysis.monitor_loop import MonitorLoop
@@ -212,15 +216,15 @@ def _collector(settings: Settings, owned_dsn: Any) -> Any:
     return Collector(settings, load).start()
 
 
-def _read_endpoint(settings: Settings, dsn: Any) -> Any:
-    """The owner's read endpoint, started; None (logged) when its address is taken."""
+def _read_endpoint(settings: Settings) -> Any:
+    """The owner's read endpoint with its socket bound, not started yet; exit 2 when its address is taken."""
+    from rewardflow.clickhouse.connect import as_dsn
     from rewardflow.readapi.server import ReadServer
 
     try:
-        return ReadServer(dsn, settings).start()
+        return ReadServer(as_dsn(settings.dsn), settings)
     except OSError as exc:
-        log.error("read endpoint not started: %s", exc.strerror or exc)
-        return None
+        _fail(f"{exc.strerror or exc}; no reader of this machine may be served by another process on it")
 
 
 def _wait_for_signal(check: Any = None) -> str | None:

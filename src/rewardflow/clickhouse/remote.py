@@ -3,6 +3,9 @@
 Wire protocol (served by :mod:`rewardflow.readapi`):
 
 * ``GET /health`` -> ``{"service": "rewardflow-read", "pid": N}`` (no token needed)
+* ``POST /hello`` ``{"token_id", "nonce"}`` -> ``{"service", "proof"}`` (no token needed): before a
+  reader first sends its token, the endpoint proves it keeps that token (:func:`token_proof`), so a
+  process that took the endpoint's port, or a wrong URL, is never shown it.
 * ``POST /query`` ``{"sql", "parameters", "database"}`` (JSON; or the bare SQL
   as a non-JSON body, e.g. ``curl -H "Authorization: Bearer $T" -d 'SELECT 1' host:port/query``)
   -> an Arrow IPC *stream* (``application/vnd.apache.arrow.stream``).
@@ -25,7 +28,12 @@ in all, then raises :class:`~.errors.ReaderUnavailable`, as a refused connection
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import math
+import re
+import secrets
 import ssl
 import time
 import urllib.error
@@ -58,11 +66,21 @@ def _context(url: str, cafile: Path | None) -> ssl.SSLContext | None:
     return ssl.create_default_context(cafile=str(cafile) if cafile else None) if url.startswith("https:") else None
 
 
+_TOKEN_ID = re.compile(r"^rfr_([0-9a-f]{12})_")
+_MAX_ANSWER = 16 * 1024**2  # the most bytes of a JSON answer or an error message a reader takes
+
+
+def token_proof(token_sha256: str, nonce: str) -> str:
+    """The endpoint's proof that it keeps a token: HMAC-SHA256 of ``nonce`` keyed by the token's SHA-256
+    (hex). The token store keeps that digest, and only the token's holder can compute it otherwise."""
+    return hmac.new(token_sha256.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+
+
 def endpoint_alive(url: str, timeout: float = 2.0, cafile: Path | None = None) -> bool:
     """True if a rewardflow read endpoint answers ``GET /health`` at ``url`` within ``timeout``."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=timeout, context=_context(url, cafile)) as resp:
-            return bool(json.loads(resp.read()).get("service") == SERVICE)
+            return bool(json.loads(resp.read(4096)).get("service") == SERVICE)
     except (OSError, ValueError):
         return False
 
@@ -77,13 +95,42 @@ class RemoteReader:
         self.database = database
         self.timeout = timeout
         self.busy_wait_s = busy_wait_s
+        self._proven = False
         self.description = f"{url} (read endpoint of the chDB owner)"
         self._ssl = _context(url, cafile)
+
+    def _prove(self, token: str) -> None:
+        """Have the endpoint prove it keeps ``token`` (``POST /hello``) before the token is first sent;
+        raises :class:`AccessDenied` when it cannot. A token not of the endpoint's form is sent as is
+        (the endpoint refuses it; there is nothing to take)."""
+        match = _TOKEN_ID.match(token)
+        if match is None:
+            return
+        nonce = secrets.token_hex(16)
+        req = urllib.request.Request(f"{self.url}/hello", method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"token_id": match.group(1), "nonce": nonce}).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
+                proof = json.loads(resp.read(4096)).get("proof")
+        except urllib.error.HTTPError as exc:  # an answer, but no proof
+            exc.close()
+            proof = None
+        except (ValueError, AttributeError):
+            proof = None
+        except OSError as exc:
+            raise ReaderUnavailable(f"read endpoint {self.url} unreachable: {exc}") from None
+        want = token_proof(hashlib.sha256(token.encode()).hexdigest(), nonce)
+        if not isinstance(proof, str) or not hmac.compare_digest(proof, want):
+            raise AccessDenied(f"{self.url} did not prove it is the read endpoint that keeps this token (revoked, "
+                               "another process on its port, or another home's endpoint); the token was not sent")
+        self._proven = True
 
     def _post(self, path: str, body: Mapping[str, Any]) -> IO[bytes]:
         data = json.dumps({**body, "database": self.database}).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
+            if not self._proven:
+                self._prove(self.token)
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST", headers=headers)
         give_up = time.monotonic() + self.busy_wait_s
@@ -102,7 +149,7 @@ class RemoteReader:
 
     def _raise(self, exc: urllib.error.HTTPError, path: str) -> NoReturn:
         """The endpoint's answer ``exc`` to a request of ``path``, as the reader's exceptions."""
-        message = exc.read().decode("utf-8", "replace").strip() or str(exc.reason)
+        message = exc.read(64 * 1024).decode("utf-8", "replace").strip() or str(exc.reason)
         if exc.code == 401:
             raise AccessDenied(f"the read endpoint {self.url} refused the token: {message}") from None
         if exc.code == 403 and message.startswith("refused"):
@@ -136,12 +183,12 @@ class RemoteReader:
     def manage_keys(self, body: Mapping[str, Any]) -> Any:
         """One ingestion-key operation (``/keys``, the owner's token only): create, revoke or list."""
         with self._post("/keys", body) as resp:
-            return json.loads(resp.read())
+            return json.loads(resp.read(_MAX_ANSWER))
 
     def manage_checkpoints(self, body: Mapping[str, Any]) -> Any:
         """One checkpoint-registry operation (``/checkpoints``, the owner's token only): register."""
         with self._post("/checkpoints", body) as resp:
-            return json.loads(resp.read())
+            return json.loads(resp.read(_MAX_ANSWER))
 
     def close(self) -> None:
         return None
@@ -151,6 +198,7 @@ def _retry_after(exc: urllib.error.HTTPError) -> float | None:
     """Seconds the endpoint asks to wait before a retry (its ``Retry-After``), or None when it names none."""
     value = exc.headers.get("Retry-After", "") if exc.headers is not None else ""
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         return None
+    return max(0.5, seconds) if math.isfinite(seconds) else None  # (never a loop of requests without a pause)

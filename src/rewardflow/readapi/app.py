@@ -44,6 +44,19 @@ def create_app(service: ReadService) -> FastAPI:
     async def health() -> Response:
         return JSONResponse({"service": SERVICE, "pid": os.getpid()})
 
+    @app.post("/hello")
+    async def hello(request: Request) -> Response:
+        """The endpoint proves it keeps the client's token before the client sends it (no token needed)."""
+        body = await _body(request, 1024)
+        if isinstance(body, Response):
+            return body
+        try:
+            doc = orjson.loads(body)
+            token_id, nonce = str(doc["token_id"])[:64], str(doc["nonce"])[:128]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return PlainTextResponse('the body must be {"token_id": "...", "nonce": "..."}', 400)
+        return JSONResponse({"service": SERVICE, "proof": service.tokens.proof(token_id, nonce)})
+
     @app.post("/query")
     async def query(request: Request) -> Response:
         admitted = await _admitted(service, request, limit)

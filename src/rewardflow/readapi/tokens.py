@@ -32,7 +32,7 @@ from typing import Any, Literal
 import orjson
 
 from rewardflow.clickhouse.readers import TRAINER_NAME
-from rewardflow.clickhouse.remote import LOCAL_TOKEN_FILE, read_local_token
+from rewardflow.clickhouse.remote import LOCAL_TOKEN_FILE, read_local_token, token_proof
 
 Role = Literal["analyst", "trainer", "owner"]
 ROLES: tuple[Role, ...] = ("analyst", "trainer", "owner")
@@ -90,6 +90,15 @@ class TokenStore:
         if entry is None or not hmac.compare_digest(entry[1], _digest(token)):
             return None
         return entry[0] if entry[0].revoked_at is None else None
+
+    def proof(self, token_id: str, nonce: str) -> str | None:
+        """What proves to a client holding token ``token_id`` that this store keeps it: the HMAC-SHA256 of
+        ``nonce`` keyed by the token's SHA-256 (:func:`~rewardflow.clickhouse.remote.token_proof`), which only the token's holder and this
+        file's owner can compute. None for an unknown or revoked id."""
+        entry = self._load().get(token_id)
+        if entry is None or entry[0].revoked_at is not None:
+            return None
+        return token_proof(entry[1], nonce)
 
     def list(self) -> list[Grant]:
         return sorted((g for g, _ in self._load().values()), key=lambda g: g.created_at)
