@@ -573,6 +573,26 @@ def test_a_client_that_goes_away_frees_its_query_slot(ch_db: ChDatabase) -> None
         assert status == 200, "the abandoned query still holds its slot"
 
 
+def test_a_client_that_leaves_before_the_first_batch_frees_its_query_slot(ch_db: ChDatabase) -> None:
+    """An aggregation has no batch until it ends: its client leaving stops the engine's query then."""
+    settings = ch_db.settings(read_max_queries=1, read_max_execution_s=60)
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1", 0) as server:
+        token = grant(settings)
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        sql = b"SELECT count() FROM numbers(1000000000000) WHERE sipHash64(number) = 0"
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode()
+                      + b"\r\nContent-Length: " + str(len(sql)).encode() + b"\r\n\r\n" + sql)
+            time.sleep(1.0)
+            assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 503  # the aggregation holds the slot
+        began, status = time.monotonic(), 503
+        while status == 503 and time.monotonic() - began < 15:
+            time.sleep(0.2)
+            status = post(f"{server.url}/query", b"SELECT 1", token)[0]
+        assert status == 200, "the query of a client gone before its first batch still holds its slot"
+        assert time.monotonic() - began < 5
+
+
 def test_the_endpoint_serves_tls_with_its_certificate(ch_db: ChDatabase, tmp_path: Path) -> None:
     import shutil
 

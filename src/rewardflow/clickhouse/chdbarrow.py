@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import queue
+import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +70,27 @@ class ChdbArrowStream:
                 return
         conn.close()
 
-    def stream(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+    def stream(self, sql: str, parameters: Mapping[str, Any] | None = None,
+               cancel: threading.Event | None = None) -> Iterator[pa.RecordBatch]:
         """Run ``sql`` (already checked read-only) and yield its batches in order; errors as QueryError.
 
-        A stream cut short by :meth:`close` raises instead of ending: a caller must never take
-        that for the end of the rows.
+        A stream cut short by :meth:`close`, or by ``cancel`` set (noticed within 0.2 s, also while the
+        engine has no batch yet), raises instead of ending: a caller must never take that for the end
+        of the rows.
         """
         query, params = bind(sql, parameters)
+        tag = f"rf-stream-{secrets.token_hex(8)}"  # (a comment after the statement: how its kill finds it)
         conn = self._take()
         result: Any = None
         pump: _Pump | None = None
         try:
             try:
-                result = conn.send_query(query, "ArrowStream", params=params)
+                result = conn.send_query(f"{query}\n/* {tag} */", "ArrowStream", params=params)
             except Exception as exc:
                 raise QueryError(clean_message(exc), error_code(exc)) from None
             with self._lock:
                 self._running[id(result)] = result
-            pump = _Pump(result)
+            pump = _Pump(result, cancel, lambda: self._kill(tag))
             for chunk in pump:
                 for batch in pa.ipc.open_stream(chunk):
                     yield _decoded(batch)
@@ -103,6 +107,19 @@ class ChdbArrowStream:
                     self._running.pop(id(result), None)
                 result.close()
             self._give_back(conn)
+
+    def _kill(self, tag: str) -> None:
+        """Stop the engine's query whose text carries ``tag`` (a streaming result cannot be cancelled while
+        its first block is computed: the cancel waits for it). A handle without ``readonly`` does it; the
+        query id comes from the engine, the statement is this module's own."""
+        conn = open_handle(self._path, None, {})
+        try:
+            ids = conn.query("SELECT query_id FROM system.processes WHERE position(query, {t:String}) > 0 "
+                             "AND query_id != queryID()", "TabSeparated", params={"t": tag})
+            for query_id in ids.bytes().decode().split():
+                conn.query("KILL QUERY WHERE query_id = {q:String} ASYNC", "TabSeparated", params={"q": query_id})
+        finally:
+            conn.close()
 
     def close(self) -> None:
         """Cut the running streams short and close the handles (busy ones when their stream ends). Idempotent."""
@@ -156,8 +173,9 @@ class _Pump:
 
     _END = object()
 
-    def __init__(self, result: Any, depth: int = 4) -> None:
-        self._result = result
+    def __init__(self, result: Any, cancel: threading.Event | None = None, kill: Callable[[], None] | None = None,
+                 depth: int = 4) -> None:
+        self._result, self._cancel, self._kill = result, cancel, kill
         self._queue: queue.Queue[Any] = queue.Queue(depth)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chdb-arrow-pump", daemon=True)
@@ -184,7 +202,14 @@ class _Pump:
 
     def __iter__(self) -> Iterator[pa.Buffer]:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                if self._cancel is not None and self._cancel.is_set():
+                    if self._kill is not None:
+                        self._kill()  # (the pump's fetch then ends with the engine's QUERY_WAS_CANCELLED)
+                    raise QueryError("the query was cancelled (its client left)") from None
+                continue
             if item is self._END:
                 return
             if isinstance(item, QueryError):

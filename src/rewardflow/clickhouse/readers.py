@@ -15,6 +15,7 @@ Readers are not thread-safe; use one per thread.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -115,14 +116,17 @@ class LocalReader:
             raise
         return table
 
-    def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+    def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None,
+                     cancel: threading.Event | None = None) -> Iterator[pa.RecordBatch]:
+        """:meth:`Reader.stream_arrow`; on chDB, ``cancel`` set stops the engine's query even before its first
+        batch (an aggregation yields nothing until it ends), and the stream raises QueryError."""
         statement = self.guard.check(sql, parameters)
         if statement.startswith("EXPLAIN"):
             yield from self._explained(statement, parameters).to_batches()
             return
         if self._arrow_stream is not None:
             try:
-                yield from self._arrow_stream.stream(statement, parameters)
+                yield from self._arrow_stream.stream(statement, parameters, cancel)
             except QueryError as exc:
                 if exc.code != _NOT_STREAMABLE:
                     raise

@@ -70,7 +70,7 @@ def create_app(service: ReadService) -> FastAPI:
         busy = service.take_slot(token_id)
         if busy is not None:
             return busy
-        return await stream_query(service, token_id, database, sql, parameters)
+        return await stream_query(service, request, token_id, database, sql, parameters)
 
     @app.post("/cursor")
     async def cursor(request: Request) -> Response:

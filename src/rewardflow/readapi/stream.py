@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pyarrow as pa
+from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -27,17 +28,27 @@ from rewardflow.clickhouse.remote import ARROW_STREAM
 from rewardflow.readapi.service import ReadService
 
 _END = object()
+_WAITING = object()
 
 
-async def stream_query(service: ReadService, token_id: str, database: str | None, sql: str,
+async def stream_query(service: ReadService, request: Request, token_id: str, database: str | None, sql: str,
                        parameters: dict[str, Any]) -> Response:
-    """The response of one query of ``token_id``, whose slot is taken: its Arrow stream, or its failure."""
+    """The response of one query of ``token_id``, whose slot is taken: its Arrow stream, or its failure.
+    A client that leaves before the first batch (an aggregation has none until it ends) stops the query
+    within a second."""
     chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
     stop = threading.Event()
     producer = threading.Thread(target=_run_query, args=(service, token_id, database, sql, parameters, chunks, stop),
                                 name="rewardflow-read-query", daemon=True)
-    producer.start()
-    first = await run_in_threadpool(_next_chunk, chunks, producer)
+    try:
+        producer.start()
+    except RuntimeError as exc:  # (no thread to be had)
+        service.give_slot(token_id)
+        return PlainTextResponse(f"cannot run the query now ({exc}); retry", 503, headers={"Retry-After": "1"})
+    while (first := await run_in_threadpool(_next_chunk, chunks, producer, 0.5)) is _WAITING:
+        if await request.is_disconnected():
+            stop.set()  # (the query thread ends the engine's query, and gives the slot back)
+            return PlainTextResponse("the client left", 400)
     if isinstance(first, Response):
         return first
     if first is _END:
@@ -84,7 +95,7 @@ def _run_query(service: ReadService, token_id: str, database: str | None, sql: s
     reader, clean = None, False  # a reader whose stream failed or was cut off is closed, not reused
     try:
         reader = service.borrow(database)
-        batches = reader.stream_arrow(sql, parameters)
+        batches = reader.stream_arrow(sql, parameters, cancel=stop)
         first = next(batches, None)
         schema = first.schema if first is not None else reader.query_arrow(sql, parameters).schema
         sink = _Chunks()
@@ -118,16 +129,19 @@ def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iter
         yield from rest
 
 
-def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread) -> Any:
-    """The query thread's next item, or _END once that thread has ended with nothing left to take.
+def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread, wait_s: float | None = None) -> Any:
+    """The query thread's next item, or _END once that thread has ended with nothing left to take, or
+    _WAITING after ``wait_s`` (None: no limit) without either.
 
     Blocks a worker thread of the endpoint until then, never longer: an end marker the query thread
     could not put (it stopped first) must not keep that worker, and the endpoint has only so many.
     """
     while True:
         try:
-            return chunks.get(timeout=0.5)
+            return chunks.get(timeout=0.5 if wait_s is None else wait_s)
         except queue.Empty:
+            if wait_s is not None and producer.is_alive():
+                return _WAITING
             if not producer.is_alive():
                 try:
                     return chunks.get_nowait()
