@@ -18,7 +18,11 @@ from rewardflow.readapi.server import client_of
     ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
     ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),
     ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
-    ("fe80::1%eth0", "fe80::/64"),
+    ("fe80::1%eth0", "fe80::1%eth0"),
+    ("fe80::2%eth0", "fe80::2%eth0"),
+    ("64:ff9b::c000:221", "192.0.2.33"),
+    ("2002:c000:221::1", "192.0.2.33"),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "192.0.2.45"),
     ("not an address", "not an address"),
 ])
 def test_an_address_counts_as_its_client(address: str, client: str) -> None:

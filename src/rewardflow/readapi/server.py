@@ -48,18 +48,30 @@ log = logging.getLogger(__name__)
 def client_of(address: str) -> str:
     """The client an address counts as for ``read_max_client_connections``: the address itself, but one
     client for all of IPv4 loopback (``127.0.0.0/8``, every address of it this very host) and one for each
-    IPv6 ``/64`` (what one host is given to pick its addresses from). An IPv4-mapped address counts as IPv4."""
+    IPv6 ``/64`` (what one host is given to pick its addresses from). An IPv6 address that carries an IPv4
+    one (mapped, NAT64, Teredo, 6to4) counts as that IPv4 address; a link-local one as itself, with its
+    interface (every link has the same /64)."""
+    bare, _, scope = address.partition("%")
     try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        ip = ipaddress.ip_address(bare)
     except ValueError:
         return address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        carried = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if carried is None and ip in _NAT64:
+            carried = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if carried is not None:
+            ip = carried
     if isinstance(ip, ipaddress.IPv4Address):
         return "127.0.0.0/8" if ip.is_loopback else str(ip)
     if ip.is_loopback:
         return "127.0.0.0/8"
+    if ip.is_link_local:
+        return f"{ip}%{scope}" if scope else str(ip)
     return str(ipaddress.IPv6Network((ip, 64), strict=False))
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 
 class _BoundedProtocol(H11Protocol):
