@@ -130,6 +130,9 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     ensure_topics(settings)
     join = join or JoinWorker(settings, web=web)
     worker = Worker(join.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    if loglevel.upper() != "DEBUG":  # Faust's and its Kafka client's start-up chatter: warnings only
+        for name in ("faust", "mode", "aiokafka"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     # No terminal spinner: with one, Faust sets the root logger to DEBUG to spin on every record,
     # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
     worker.spinner = None
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rewardflow_streams.main", description="Run one stream worker.")
     parser.add_argument("--web", action="store_true", help="serve /metrics on REWARDFLOW_WORKER_METRICS_PORT "
                                                             "(default web_port + 1)")
-    parser.add_argument("--log-level", help="log level of the worker and Faust (default: INFO, Faust's WARNING)")
+    parser.add_argument("--log-level", help="log level of the worker (default: INFO); Faust and aiokafka log "
+                                            "warnings only, but at DEBUG")
     args = parser.parse_args(argv)
     level = (args.log_level or "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s pid=%(process)d logger=%(name)s %(message)s")

@@ -204,6 +204,7 @@ def command(
         stop_sink()
         if trimmer is not None:
             trimmer.stop()
+    log.info("stopped%s", "" if code == 0 else f" (exit code {code})")
     raise typer.Exit(code)
 
 

@@ -151,7 +151,7 @@ class RewardSink:
 
     # --- rebalance --------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("sink assigned %s", [(p.topic, p.partition) for p in partitions])
+        log.info("sink assigned %s", _listed(partitions))
         if self._flusher.paused:
             consumer.pause(partitions)
 
@@ -161,7 +161,7 @@ class RewardSink:
             tp = (p.topic, p.partition)
             self._buffers.pop(tp, None)
             self._flusher.forget(tp)
-        log.info("sink revoked %s (unwritten records dropped; the new owner re-reads them)", [(p.topic, p.partition) for p in partitions])
+        log.info("sink revoked %s (unwritten records dropped; the new owner re-reads them)", _listed(partitions))
 
     # --- run / shutdown ---------------------------------------------------------
     def flush(self) -> bool:
@@ -195,3 +195,11 @@ class RewardSink:
             log.warning("sink closing with %d rows unwritten; their offsets are not committed and will be re-read", left)
         self._consumer.close()
         self._flusher.close()
+
+
+def _listed(partitions: Any) -> str:
+    """Partitions for a log line: each topic once, with its partition numbers (``t [0, 1, 2]; u [3]``)."""
+    by_topic: dict[str, list[int]] = {}
+    for p in partitions:
+        by_topic.setdefault(p.topic, []).append(p.partition)
+    return "; ".join(f"{topic} {sorted(numbers)}" for topic, numbers in sorted(by_topic.items())) or "nothing"
