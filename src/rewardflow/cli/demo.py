@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from rewardflow.settings import load_settings
 
@@ -61,6 +60,7 @@ def command(
 ) -> None:
     """Run the whole loop locally: Kafka, edge, worker, sink, three simulated checkpoints, verdicts."""
     from rewardflow.analysis.gate import DEFAULT_POLICY, PolicyError, load_policy
+    from rewardflow.demo.present import console
     from rewardflow.demo.runner import DemoRunner
     from rewardflow.sim.profiles import CANDIDATE_KINDS, HACKS
 
@@ -80,8 +80,7 @@ def command(
         topic_prefix=f"rewardflow.demo-{run_id}.",
         clickhouse_dsn=f"chdb://{(run_dir / 'chdb').resolve()}",
     )
-    console = Console(stderr=True)
-    runner = DemoRunner(settings, run_dir, console)
+    runner = DemoRunner(settings, run_dir, console(stderr=True))
     code = runner.run(sessions=sessions or (QUICK_SESSIONS if quick else STORY_SESSIONS), turns_per_session=turns_per_session, seed=seed, hack=hack, noise=noise,
                       json_only=json_only, out_dir=out_dir or run_dir / "report", timeout_s=timeout_s,
                       candidate_kind=candidate_profile, policy=policy)

@@ -54,9 +54,16 @@ def write_story(out_dir: Path, judged: Mapping[str, Any], policy: Policy, window
     return path
 
 
+def console(stderr: bool = False) -> Console:
+    """The demo's console: the terminal's width, or 200 columns when its output goes to a file or a pipe
+    (rich would wrap at 80, splitting the commands it prints and cutting the checkpoint names)."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=200)
+
+
 def print_story(judged: Mapping[str, Any], checks: list[Check], alerts: Sequence[Any], shift: Any,
                 planted: Mapping[str, str], html: Path, summary: Path, corrections: Any = None) -> None:
-    out = Console()
+    out = console()
     for j in judged.values():
         out.print(report_table(j.report))
         lineage = lineage_table(j.report)

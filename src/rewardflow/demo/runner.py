@@ -303,5 +303,5 @@ class DemoRunner:
         else:
             print_story(judged, checks, alerts, shift, self.planted, html, out_dir / "summary.json", corrections)
             if not done:
-                Console().print("[red]not every simulated turn was finalised in time")
+                self.console.print("[red]not every simulated turn was finalised in time")
         return 0 if ok else 1
