@@ -39,9 +39,9 @@ class Verdict:
     def headline(self) -> str:
         """One line: the decision and why."""
         if self.deploy:
-            gains = ", ".join(self.gains) or "no significant gain"
+            gains = f"significant gains: {', '.join(self.gains)}" if self.gains else "no significant gain at this size"
             agreed = sum(self.published_directions.values())
-            return (f"DEPLOY: gate passed, no monitor alert; significant gains: {gains}; "
+            return (f"DEPLOY: gate passed, no monitor alert; {gains}; "
                     f"{agreed}/{len(self.published_directions)} published directions reproduced")
         why = []
         if self.failed_rules:
