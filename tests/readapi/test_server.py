@@ -25,7 +25,7 @@ from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
 from rewardflow.readapi.server import ReadServer
 from rewardflow.readapi.tokens import TokenStore, read_local_token
 from rewardflow.settings import Settings
-from tests.conftest_clickhouse import ChDatabase
+from tests.conftest_clickhouse import ChDatabase, free_port
 
 pytestmark = pytest.mark.clickhouse
 
@@ -545,6 +545,85 @@ def test_a_process_on_the_endpoints_port_is_never_shown_the_token(endpoint: Any,
     remote = RemoteReader(server.url, token=token)
     assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]
     assert remote.query_arrow("SELECT 2 AS x").column("x").to_pylist() == [2]
+
+
+def test_a_reader_proves_the_endpoint_before_every_request_and_follows_no_redirect(endpoint: Any) -> None:
+    """What listens on the port can change between two requests of one reader; and a redirect (from a
+    proxy in front of the endpoint, say) would carry the token wherever it points."""
+    import http.server
+
+    server, settings = endpoint
+    token = grant(settings)
+    remote = RemoteReader(server.url, token=f"  {token}\n")  # (as a variable set with spaces would give it)
+    assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]
+    seen: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(404 if self.path == "/hello" else 200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    recorder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+
+    class Proxy(http.server.BaseHTTPRequestHandler):  # passes /hello on, redirects the rest to the recorder
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/hello":
+                answer = post(f"{server.url}/hello", body, ctype="application/json")[1]
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+                return
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{recorder.server_address[1]}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    for s in (recorder, proxy):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(AccessDenied, match="redirect"):
+            RemoteReader(f"http://127.0.0.1:{proxy.server_address[1]}", token=token).query_arrow("SELECT 1")
+        remote.url = f"http://127.0.0.1:{recorder.server_address[1]}"  # another process on the port, now
+        with pytest.raises(AccessDenied, match="the token was not sent"):
+            remote.query_arrow("SELECT 1")
+    finally:
+        proxy.shutdown()
+        recorder.shutdown()
+    assert not any(token in h for h in seen)
+
+
+def test_the_endpoint_keeps_its_port_on_the_other_loopback_too(ch_db: ChDatabase) -> None:
+    """``localhost`` may be ::1 or 127.0.0.1: the endpoint's port on the other one is never another process's."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    port = free_port()
+    squatter = socket.socket(socket.AF_INET6)
+    try:
+        squatter.bind(("::1", port))
+    except OSError:
+        pytest.skip("no ::1 on this machine")
+    squatter.listen(1)
+    settings = ch_db.settings(web_port=port)
+    with pytest.raises(OSError, match=f"port {port} on ::1 is taken"):
+        ReadServer(ch_db.dsn, settings, "127.0.0.1")
+    squatter.close()
+    with ReadServer(ch_db.dsn, settings, "127.0.0.1"):
+        late = socket.socket(socket.AF_INET6)
+        with pytest.raises(OSError):  # and once it runs, nobody takes it there
+            late.bind(("::1", port))
+        late.close()
 
 
 def test_an_unreachable_endpoint_is_reader_unavailable() -> None:

@@ -79,13 +79,14 @@ class ChdbArrowStream:
         of the rows.
         """
         query, params = bind(sql, parameters)
-        tag = f"rf-stream-{secrets.token_hex(8)}"  # (a comment after the statement: how its kill finds it)
+        tag = f"rf-stream-{secrets.token_hex(8)}"  # (a comment before the statement: how its kill finds it;
+        # the engine keeps the first 100,000 characters of a statement's text)
         conn = self._take()
         result: Any = None
         pump: _Pump | None = None
         try:
             try:
-                result = conn.send_query(f"{query}\n/* {tag} */", "ArrowStream", params=params)
+                result = conn.send_query(f"/* {tag} */ {query}", "ArrowStream", params=params)
             except Exception as exc:
                 raise QueryError(clean_message(exc), error_code(exc)) from None
             with self._lock:

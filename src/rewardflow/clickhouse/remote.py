@@ -91,18 +91,20 @@ class RemoteReader:
     def __init__(self, url: str, *, token: str | None, database: str | None = None, timeout: float = 300.0,
                  cafile: Path | None = None, busy_wait_s: float = 10.0) -> None:
         self.url = url
-        self.token = token
+        self.token = token.strip() if token else token  # (the endpoint strips it too: the proof must see the same)
         self.database = database
         self.timeout = timeout
         self.busy_wait_s = busy_wait_s
-        self._proven = False
         self.description = f"{url} (read endpoint of the chDB owner)"
         self._ssl = _context(url, cafile)
+        # (redirects are not followed: urllib would carry the token to wherever one points)
+        self._open = urllib.request.build_opener(_NoRedirects(), urllib.request.HTTPSHandler(context=self._ssl)).open
 
     def _prove(self, token: str) -> None:
-        """Have the endpoint prove it keeps ``token`` (``POST /hello``) before the token is first sent;
-        raises :class:`AccessDenied` when it cannot. A token not of the endpoint's form is sent as is
-        (the endpoint refuses it; there is nothing to take)."""
+        """Have the endpoint prove it keeps ``token`` (``POST /hello``), before every request that carries
+        it (each is a connection of its own, and what listens on the port may have changed); raises
+        :class:`AccessDenied` when it cannot. A token not of the endpoint's form is sent as is (the endpoint
+        refuses it; there is nothing to take)."""
         match = _TOKEN_ID.match(token)
         if match is None:
             return
@@ -110,7 +112,7 @@ class RemoteReader:
         req = urllib.request.Request(f"{self.url}/hello", method="POST", headers={"Content-Type": "application/json"},
                                      data=json.dumps({"token_id": match.group(1), "nonce": nonce}).encode())
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
+            with self._open(req, timeout=self.timeout) as resp:
                 proof = json.loads(resp.read(4096)).get("proof")
         except urllib.error.HTTPError as exc:  # an answer, but no proof
             exc.close()
@@ -123,20 +125,19 @@ class RemoteReader:
         if not isinstance(proof, str) or not hmac.compare_digest(proof, want):
             raise AccessDenied(f"{self.url} did not prove it is the read endpoint that keeps this token (revoked, "
                                "another process on its port, or another home's endpoint); the token was not sent")
-        self._proven = True
 
     def _post(self, path: str, body: Mapping[str, Any]) -> IO[bytes]:
         data = json.dumps({**body, "database": self.database}).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
-            if not self._proven:
-                self._prove(self.token)
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST", headers=headers)
         give_up = time.monotonic() + self.busy_wait_s
         while True:
+            if self.token:
+                self._prove(self.token)
             try:
-                resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
+                resp: IO[bytes] = self._open(req, timeout=self.timeout)
                 return resp
             except urllib.error.HTTPError as exc:
                 retry = _retry_after(exc) if exc.code in (429, 503) else None
@@ -162,6 +163,8 @@ class RemoteReader:
             raise WriteRefused(message) from None
         if exc.code in (429, 503):
             raise ReaderUnavailable(f"the read endpoint {self.url} is busy ({message})") from None
+        if 300 <= exc.code < 400:
+            raise AccessDenied(f"{self.url} answered a redirect ({exc.code}), which a reader does not follow") from None
         raise QueryError(message) from None
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
@@ -202,3 +205,10 @@ def _retry_after(exc: urllib.error.HTTPError) -> float | None:
     except ValueError:
         return None
     return max(0.5, seconds) if math.isfinite(seconds) else None  # (never a loop of requests without a pause)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects end the request (an ``HTTPError`` of the 3xx): one followed would carry the token along."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None

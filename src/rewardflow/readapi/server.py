@@ -25,6 +25,7 @@ cannot); :meth:`ReadServer.start` returns once the server accepts connections;
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import socket
@@ -49,7 +50,7 @@ def client_of(address: str) -> str:
     """The client an address counts as for ``read_max_client_connections``: the address itself, but one
     client for all of IPv4 loopback (``127.0.0.0/8``, every address of it this very host) and one for each
     IPv6 ``/64`` (what one host is given to pick its addresses from). An IPv6 address that carries an IPv4
-    one (mapped, NAT64, Teredo, 6to4) counts as that IPv4 address; a link-local one as itself, with its
+    one (mapped; NAT64, Teredo, 6to4 when that one is global) counts as that IPv4 address; a link-local one as itself, with its
     interface (every link has the same /64)."""
     bare, _, scope = address.partition("%")
     try:
@@ -57,9 +58,10 @@ def client_of(address: str) -> str:
     except ValueError:
         return address
     if isinstance(ip, ipaddress.IPv6Address):
-        carried = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-        if carried is None and ip in _NAT64:
-            carried = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        tunnelled = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if tunnelled is None and ip in _NAT64:
+            tunnelled = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        carried = ip.ipv4_mapped or (tunnelled if tunnelled is not None and tunnelled.is_global else None)
         if carried is not None:
             ip = carried
     if isinstance(ip, ipaddress.IPv4Address):
@@ -159,6 +161,25 @@ class _BoundedProtocol(H11Protocol):
             self.transport.close()
 
 
+def _twin_loopback(host: str, port: int, explicit: bool) -> socket.socket | None:
+    """On loopback, the same port of the other address family's loopback, bound and never listening, so
+    no other process serves readers there (``localhost`` may be either). None when that family has no
+    loopback; ``OSError`` when another process holds that port and ``explicit`` (a port chosen, not any)."""
+    twin = {"127.0.0.1": (socket.AF_INET6, "::1"), "::1": (socket.AF_INET, "127.0.0.1")}.get(host)
+    if twin is None:
+        return None
+    sock = socket.socket(twin[0], socket.SOCK_STREAM)
+    try:
+        sock.bind((twin[1], port))
+        return sock
+    except OSError as exc:
+        sock.close()
+        if explicit and exc.errno == errno.EADDRINUSE:
+            raise OSError(exc.errno, f"port {port} on {twin[1]} is taken: a process other than this endpoint could "
+                                     "serve its readers there (set REWARDFLOW_WEB_PORT)") from None
+        return None
+
+
 class ReadServer:
     """Serve the read endpoint of ``dsn`` on ``host:port`` (default: ``web_host`` / ``web_port``; port 0 = any)."""
 
@@ -175,6 +196,12 @@ class ReadServer:
             raise OSError(exc.errno, f"cannot listen on {self.host}:{settings.web_port if port is None else port}: "
                                      f"{exc.strerror} (another rewardflow on this port? set REWARDFLOW_WEB_PORT)") from None
         self._sock.listen(1024)
+        try:
+            self._twin = _twin_loopback(self.host, self._sock.getsockname()[1], explicit=bool(
+                settings.web_port if port is None else port))
+        except OSError:
+            self._sock.close()
+            raise
         self.service = ReadService(dsn, settings)
         tls = settings.web_tls_certfile is not None
         protocol = type("BoundedProtocol", (_BoundedProtocol,), {
@@ -219,6 +246,8 @@ class ReadServer:
             self._thread.join(timeout=30)
             self._thread = None
         self._sock.close()
+        if self._twin is not None:
+            self._twin.close()
         self.service.close()
 
     def __enter__(self) -> ReadServer:
