@@ -35,6 +35,32 @@ def test_writes_and_others_are_refused(ch_db: ChDatabase, sql: str) -> None:
         guard_of(ch_db).check(sql)
 
 
+@pytest.mark.parametrize(("sql", "parameters"), [
+    ("SELECT query FROM system.processes", {}),
+    ("SELECT * FROM system.`query_log`", {}),
+    ("SHOW PROCESSLIST", {}),
+    ("SELECT 1 FROM processes", {}),  # (a request's database may be system)
+    ("SELECT * FROM view(SELECT query FROM system.processes)", {}),
+    ("WITH q AS (SELECT query FROM system.processes) SELECT * FROM q", {}),
+    ("SELECT (SELECT any(query) FROM system.processes)", {}),
+    ("SELECT * FROM merge('system', '^processes$')", {}),
+    ("SELECT * FROM merge(REGEXP('^sys'), '^proc')", {}),
+    ("SELECT * FROM merge('sys' || 'tem', 'processes')", {}),
+    ("SELECT * FROM {t:Identifier}", {"t": "system.processes"}),
+    ("SELECT * FROM merge({d:String}, 'processes')", {"d": "system"}),
+])
+def test_other_readers_statements_are_refused(ch_db: ChDatabase, sql: str, parameters: dict[str, str]) -> None:
+    """Any token may read: the running and logged statements of the engine (their literals too) are others'."""
+    with pytest.raises(ReadOnlyViolation, match="other readers'"):
+        guard_of(ch_db).check(sql, parameters)
+
+
+@pytest.mark.parametrize("sql", ["SELECT name FROM system.tables", "SELECT count() FROM system.parts",
+                                 "SELECT count() FROM merge('^rewards$')"])
+def test_the_systems_other_tables_and_merges_of_the_database_stay_readable(ch_db: ChDatabase, sql: str) -> None:
+    guard_of(ch_db).check(sql)
+
+
 def test_the_refusal_names_what_was_refused(ch_db: ChDatabase) -> None:
     guard = guard_of(ch_db)
     cases: dict[str, Any] = {"SELECT 1 INTO OUTFILE 'x'": "INTO OUTFILE", "SELECT * FROM url('http://x', CSV, 'a Int8')": "url",

@@ -20,7 +20,9 @@ A statement is accepted when the engine that will run it says it is:
    (``SELECT``, ``WITH``, ``SHOW``, ``DESCRIBE``, ``EXPLAIN``, ``EXISTS``), no
    node may be a ``SETTINGS`` clause, and no function may be a table function outside :data:`TABLE_FUNCTIONS`, wherever it
    stands (``file``, ``url``, ``remote``, ``s3``, ``executable``, ``python`` … reach
-   files, URLs, processes or other servers).
+   files, URLs, processes or other servers). No table may be one of :data:`PRIVATE_TABLES`
+   (``system.processes`` and the logs show other readers' statements), nor may ``merge``
+   read the ``system`` database; ``SHOW PROCESSLIST`` is refused.
 
 Every statement also runs on a connection with ``readonly = 1`` and the read
 limits (:func:`~.readonly.read_settings`), which the engine enforces.
@@ -125,8 +127,10 @@ class SqlGuard:
             kind = root.group(1) if root else "an empty statement"
             raise ReadOnlyViolation(f"refused: {kind} is not a read; only SELECT, WITH, SHOW, DESCRIBE, "
                                     "EXPLAIN and EXISTS are allowed")
+        if root.group(1) == "ShowProcesslistQuery":
+            raise ReadOnlyViolation(_OTHERS_STATEMENTS)
         banned = self.table_functions() - TABLE_FUNCTIONS
-        for line in tree[1:]:
+        for at, line in enumerate(tree[1:], 1):
             node = _NODE.match(line)
             if node is None:
                 continue
@@ -135,6 +139,10 @@ class SqlGuard:
             if node.group(1) == "Function" and (node.group(2) or "").lower() in banned:
                 raise ReadOnlyViolation(f"refused: the function {node.group(2)} reaches outside the database "
                                         f"(allowed table functions: {', '.join(sorted(TABLE_FUNCTIONS))})")
+            if node.group(1) == "TableIdentifier" and _private(node.group(2) or ""):
+                raise ReadOnlyViolation(_OTHERS_STATEMENTS)
+            if node.group(1) == "Function" and (node.group(2) or "").lower() == "merge" and _merges_system(tree, at):
+                raise ReadOnlyViolation(_OTHERS_STATEMENTS)
         return canonical
 
     def _unchanged_by(self, canonical: str, params: Mapping[str, Any]) -> None:
@@ -157,6 +165,35 @@ class SqlGuard:
             rows = self._run("SELECT name FROM system.table_functions", {})
             self._table_functions = frozenset(str(r[0]).lower() for r in rows) | {"file", "url", "remote", "s3"}
         return self._table_functions
+
+
+PRIVATE_TABLES = frozenset({
+    "processes", "query_log", "query_thread_log", "query_views_log", "processors_profile_log", "query_cache",
+    "session_log", "text_log", "trace_log", "stack_trace", "opentelemetry_span_log", "asynchronous_insert_log",
+    "asynchronous_inserts", "crash_log", "error_log", "part_log", "backup_log", "zookeeper_log",
+})
+"""Tables of the ``system`` database that show other readers' statements (their literals too) or their
+traces: refused by name, qualified or not (no rewardflow table has these names)."""
+_OTHERS_STATEMENTS = ("refused: the running and logged statements of the engine are other readers'; read the "
+                      "rewardflow tables and views")
+_ARGUMENT = re.compile(r"^\s*Literal '((?:[^'\\]|\\.)*)'$")
+
+
+def _private(table: str) -> bool:
+    database, _, name = table.rpartition(".")
+    return database in ("", "system") and name in PRIVATE_TABLES
+
+
+def _merges_system(tree: list[str], at: int) -> bool:
+    """Whether the ``merge`` table function at line ``at`` of the tree may read the ``system`` database: its
+    database argument is ``system``, or not a plain string (a ``REGEXP`` may match it)."""
+    lines = tree[at + 1:at + 4]
+    if len(lines) < 2 or not lines[0].lstrip().startswith("ExpressionList (children "):
+        return True
+    if lines[0].rstrip().endswith("(children 1)"):
+        return False  # (one argument: the current database's tables)
+    first = _ARGUMENT.match(lines[1])
+    return first is None or first.group(1).lower() in ("system", "information_schema")
 
 
 def _request_key(sql: str, params: Mapping[str, Any]) -> bytes | None:
