@@ -74,11 +74,10 @@ def command(
             typer.echo(f"note: no reward matches checkpoint {checkpoint!r}"
                        f"{f' and spec version {spec_version!r}' if spec_version else ''} "
                        "(rewardflow sql \"SELECT DISTINCT checkpoint_id, spec_version FROM rewards\" lists them)", err=True)
-        if spec_version is None and not all_specs:
-            if len(versions) > 1:
-                raise _fail(f"checkpoint {checkpoint!r} has rewards of {len(versions)} spec versions "
-                            f"({', '.join(versions)}), a row per sample and version: pass --spec-version "
-                            f"{versions[-1]}, say, or --all-specs for every version's rows")
+        if spec_version is None and not all_specs and len(versions) > 1:
+            raise _fail(f"checkpoint {checkpoint!r} has rewards of {len(versions)} spec versions "
+                        f"({', '.join(versions)}), a row per sample and version: pass --spec-version "
+                        f"{versions[-1]}, say, or --all-specs for every version's rows")
         total = reader.count_new()
         columns = (TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:

@@ -3,9 +3,9 @@
 Wire protocol (served by :mod:`rewardflow.readapi`):
 
 * ``GET /health`` -> ``{"service": "rewardflow-read", "pid": N}`` (no token needed)
-* ``POST /hello`` ``{"token_id", "nonce"}`` -> ``{"service", "proof"}`` (no token needed): before a
-  reader first sends its token, the endpoint proves it keeps that token (:func:`token_proof`), so a
-  process that took the endpoint's port, or a wrong URL, is never shown it.
+* ``POST /hello`` ``{"token_id", "nonce"}`` -> ``{"service", "proof"}`` (no token needed): before each
+  request that carries its token, a reader has the endpoint prove it keeps that token
+  (:func:`token_proof`), so a process that took the endpoint's port is never shown it.
 * ``POST /query`` ``{"sql", "parameters", "database"}`` (JSON; or the bare SQL
   as a non-JSON body, e.g. ``curl -H "Authorization: Bearer $T" -d 'SELECT 1' host:port/query``)
   -> an Arrow IPC *stream* (``application/vnd.apache.arrow.stream``).
@@ -67,7 +67,7 @@ def _context(url: str, cafile: Path | None) -> ssl.SSLContext | None:
 
 
 _TOKEN_ID = re.compile(r"^rfr_([0-9a-f]{12})_")
-_MAX_ANSWER = 16 * 1024**2  # the most bytes of a JSON answer or an error message a reader takes
+_MAX_ANSWER = 16 * 1024**2  # the most bytes of a JSON answer a reader takes (of an error's message: 64 KiB)
 
 
 def token_proof(token_sha256: str, nonce: str) -> str:

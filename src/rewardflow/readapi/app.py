@@ -47,7 +47,7 @@ def create_app(service: ReadService) -> FastAPI:
     @app.post("/hello")
     async def hello(request: Request) -> Response:
         """The endpoint proves it keeps the client's token before the client sends it (no token needed)."""
-        body = await _body(request, 1024)
+        body = await _body(request, 1024, "")  # (a token id and a nonce: a fixed limit)
         if isinstance(body, Response):
             return body
         try:
@@ -193,16 +193,16 @@ def _authorized(service: ReadService, request: Request) -> Grant | Response:
     return grant
 
 
-async def _body(request: Request, limit: int) -> bytes | Response:
-    """The request body, or 413 as soon as it is known to exceed ``limit``."""
+async def _body(request: Request, limit: int, name: str = " (REWARDFLOW_READ_MAX_BODY_BYTES)") -> bytes | Response:
+    """The request body, or 413 as soon as it is known to exceed ``limit`` (``name``: the limit's setting)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        return PlainTextResponse(f"body of {declared} bytes exceeds the limit of {limit} (REWARDFLOW_READ_MAX_BODY_BYTES)", 413)
+        return PlainTextResponse(f"body of {declared} bytes exceeds the limit of {limit}{name}", 413)
     parts, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            return PlainTextResponse(f"body exceeds the limit of {limit} bytes (REWARDFLOW_READ_MAX_BODY_BYTES)", 413)
+            return PlainTextResponse(f"body exceeds the limit of {limit} bytes{name}", 413)
         parts.append(chunk)
     return b"".join(parts)
 
