@@ -127,6 +127,18 @@ def test_export_of_several_spec_versions_needs_one_named_or_all(env: dict[str, s
     assert unknown.exit_code == 0 and "no reward matches checkpoint 'nope'" in unknown.output
 
 
+def test_a_mistyped_filter_never_moves_a_trainers_cursor(env: dict[str, str], ch_db: ChDatabase, tmp_path: Path) -> None:
+    insert(ch_db.client, [reward(i, checkpoint="ck-a") for i in range(10)])
+    out = tmp_path / "r.parquet"
+    base = ("export", "--trainer", "t1", "--settle", "0", "--out", str(out))
+    typo = run(*base, "--checkpoint", "ck-a", "--spec-version", "v9")
+    assert typo.exit_code == 2 and "'v9' is not a registered reward spec" in typo.output and not out.exists()
+    nothing = run(*base, "--checkpoint", "ck-typo")
+    assert nothing.exit_code == 0 and "the cursor of trainer 't1' is not moved" in nothing.output and "cursor now" not in nothing.output
+    out.unlink()
+    assert "exported 10 rows" in run(*base, "--checkpoint", "ck-a", "--spec-version", "v1").output
+
+
 def test_db_migrate_and_describe(env: dict[str, str], ch_db: ChDatabase) -> None:
     result = run("db", "migrate")
     assert result.exit_code == 0, result.output

@@ -12,7 +12,7 @@ from rewardflow.readapi.tokens import TokenStore
 from rewardflow.clickhouse.remote import RemoteReader
 from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.lineage.columns import LINEAGE_COLUMNS
-from rewardflow.trainer.reader import RewardReader
+from rewardflow.trainer.reader import RewardReader, UnknownSpecVersion
 from tests.clickhouse.rows import insert, reward
 from tests.conftest_clickhouse import ChDatabase
 
@@ -86,6 +86,21 @@ def test_filters_and_batches(ch_db: ChDatabase) -> None:
     assert table.column("_seq").to_pylist() == sorted(table.column("_seq").to_pylist())
 
 
+def test_an_unknown_spec_version_is_refused_before_anything_is_read(ch_db: ChDatabase) -> None:
+    insert(ch_db.client, [reward(i) for i in range(10)])
+    reader = RewardReader(ch_db.dsn, trainer="t", spec_version="v9", settle_s=0, settings=ch_db.settings())
+    with pytest.raises(UnknownSpecVersion, match="'v9' is not a registered reward spec"):
+        list(reader)
+    with pytest.raises(UnknownSpecVersion):
+        reader.count_new()
+    assert reader.commit() == 0  # nothing was iterated: the cursor stays where it was
+    reader.close()
+    assert len(pull(ch_db, trainer="t", spec_version="v1")) == 10
+    ch_db.client.command("INSERT INTO reward_specs (version, content_hash, description, weights, registered_at) "
+                         "VALUES ('v3', 'h', 'next', '{}', 0)")
+    assert pull(ch_db, trainer="t", spec_version="v3") == []  # registered, no row yet: not an error
+
+
 def test_settle_window_hides_rows_younger_than_it(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(5)])
     reader = RewardReader(ch_db.dsn, trainer="t", settle_s=3600, settings=ch_db.settings())
@@ -100,7 +115,9 @@ def test_through_the_owner_endpoint_same_answer(ch_db: ChDatabase) -> None:
     try:
         token = TokenStore(settings.home).create("trainer", "test", "remote")[1]
         remote = RemoteReader(server.url, token=token, database=ch_db.name)
-        reader = RewardReader(trainer="remote", settle_s=0, reader=remote)
+        with pytest.raises(UnknownSpecVersion):
+            list(RewardReader(trainer="remote", spec_version="v9", settle_s=0, reader=remote))
+        reader = RewardReader(trainer="remote", spec_version="v1", settle_s=0, reader=remote)
         got = [s for b in reader for s in b.column("sample_id").to_pylist()]
         reader.commit()
         assert len(got) == 30

@@ -11,6 +11,8 @@ pipeline runs (a busy chDB directory is read through its owner's endpoint).
 Every row carries its checkpoint's lineage (``policy_generation``, ``policy_age_s``,
 ``policy_lag``); ``--max-policy-lag N`` exports only rows of registered checkpoints at most N
 generations behind the newest one, and the rows it skips are behind the trainer's cursor afterwards.
+A ``--spec-version`` that is not registered and scored no row is refused; when no reward at all
+matches the filters, the trainer's cursor is not moved (a mistyped checkpoint costs nothing).
 Exit codes: 0 done; 2 a fixable error, one ``error:`` line on stderr.
 """
 
@@ -26,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rewardflow.clickhouse.errors import ClickHouseError, clean_message, is_driver_error
 from rewardflow.settings import load_settings
 from rewardflow.trainer.export import export_parquet
-from rewardflow.trainer.reader import RewardReader
+from rewardflow.trainer.reader import RewardReader, UnknownSpecVersion
 
 
 def _fail(message: str) -> typer.Exit:
@@ -71,9 +73,11 @@ def command(
     try:
         versions = reader.spec_versions()
         if not versions:
+            kept = f"; the cursor of trainer {trainer!r} is not moved" if trainer else ""
             typer.echo(f"note: no reward matches checkpoint {checkpoint!r}"
                        f"{f' and spec version {spec_version!r}' if spec_version else ''} "
-                       "(rewardflow sql \"SELECT DISTINCT checkpoint_id, spec_version FROM rewards\" lists them)", err=True)
+                       f"(rewardflow sql \"SELECT DISTINCT checkpoint_id, spec_version FROM rewards\" lists them){kept}",
+                       err=True)
         if spec_version is None and not all_specs and len(versions) > 1:
             raise _fail(f"checkpoint {checkpoint!r} has rewards of {len(versions)} spec versions "
                         f"({', '.join(versions)}), a row per sample and version: pass --spec-version "
@@ -82,7 +86,10 @@ def command(
         columns = (TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
             task = progress.add_task("export", total=total)
-            result = export_parquet(reader, out, commit=trainer is not None, on_batch=lambda n: progress.advance(task, n))
+            result = export_parquet(reader, out, commit=trainer is not None and bool(versions),
+                                    on_batch=lambda n: progress.advance(task, n))
+    except UnknownSpecVersion as exc:
+        raise _fail(str(exc)) from None
     except ClickHouseError as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
@@ -90,5 +97,5 @@ def command(
     finally:
         reader.close()
     rate = result.rows / result.seconds if result.seconds > 0 else 0.0
-    cursor = f"; trainer {trainer!r} cursor now {result.cursor}" if trainer else ""
+    cursor = f"; trainer {trainer!r} cursor now {result.cursor}" if result.cursor is not None else ""
     typer.echo(f"exported {result.rows:,} rows to {result.path} ({result.bytes / 1e6:.1f} MB, {rate:,.0f} rows/s){cursor}")

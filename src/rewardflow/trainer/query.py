@@ -80,6 +80,18 @@ def spec_versions_sql(filters: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return f"SELECT DISTINCT spec_version FROM rewards{f' WHERE {cond}' if cond else ''} ORDER BY spec_version", params
 
 
+def spec_known_sql(version: str) -> tuple[str, dict[str, Any]]:
+    """One row when ``version`` is a registered reward spec or scored any stored row, none otherwise."""
+    sql = ("SELECT 1 FROM (SELECT version FROM reward_specs WHERE version = {v:String} LIMIT 1 "
+           "UNION ALL SELECT spec_version FROM rewards WHERE spec_version = {v:String} LIMIT 1) LIMIT 1")
+    return sql, {"v": version}
+
+
+def registered_specs_sql() -> str:
+    """The registered reward spec versions, in order."""
+    return "SELECT DISTINCT version FROM reward_specs ORDER BY version"
+
+
 def count_sql(filters: Mapping[str, Any], after: int) -> tuple[str, dict[str, Any]]:
     """How many rows an export after ``after`` would return (for progress bars)."""
     cond, params = where_clause(filters)

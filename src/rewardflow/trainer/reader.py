@@ -28,7 +28,9 @@ position (``trainer_cursors``) and ``horizon`` is the id of "now minus
 ``trainer=None`` makes a snapshot reader: it starts from the beginning and
 cannot commit. One reader per trainer name at a time. Filters (checkpoint, spec version,
 surface, arm, only_final, max_policy_lag) narrow what this trainer receives; rows filtered out
-are behind its cursor afterwards and are not offered to it later.
+are behind its cursor afterwards and are not offered to it later. A ``spec_version`` that is neither registered
+nor the version of any stored row raises :class:`UnknownSpecVersion` before anything is read
+(a typo would match nothing, and the commit would move the cursor past the rows it meant).
 
 Lineage: every batch ends with ``policy_generation``, ``policy_age_s`` and ``policy_lag``
 (:mod:`rewardflow.lineage.columns`), computed from the checkpoint registry as it is when the
@@ -62,7 +64,12 @@ from rewardflow.lineage.columns import LineageColumns, lineage_schema
 from rewardflow.lineage.registry import Registry
 from rewardflow.lineage.store import load_registry
 from rewardflow.settings import Settings, load_settings
-from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql, spec_versions_sql
+from rewardflow.trainer.query import (count_sql, cursor_of, horizon_sql, registered_specs_sql, rewards_sql, spec_known_sql,
+                                      spec_versions_sql)
+
+
+class UnknownSpecVersion(ValueError):
+    """The reader's ``spec_version`` is neither a registered reward spec nor the version of any stored row."""
 
 
 class RewardReader:
@@ -101,6 +108,7 @@ class RewardReader:
         self._reader = reader or open_reader(settings or load_settings(), dsn=dsn, database=database)
         self._position: int | None = None  # _seq to commit
         self._handed = 0
+        self._spec_checked = spec_version is None
 
     @property
     def cursor(self) -> int:
@@ -114,6 +122,7 @@ class RewardReader:
 
     def count_new(self) -> int:
         """Rows after the committed cursor that match the filters (ignores the settle window)."""
+        self._check_spec()
         registry = load_registry(self._reader) if self.filters["max_policy_lag"] is not None else Registry()
         sql, params = count_sql(self._filters(registry), self.cursor)
         return int(self._reader.query_arrow(sql, params).column(0)[0].as_py())
@@ -121,8 +130,24 @@ class RewardReader:
     def spec_versions(self) -> list[str]:
         """The reward spec versions of the rows the filters match, new to the trainer or not. Without a
         ``spec_version`` filter, each sample comes once per version it was scored with."""
+        self._check_spec()
         sql, params = spec_versions_sql({**self.filters, "checkpoint_ids": None})
         return [str(v) for v in self._reader.query_arrow(sql, params).column(0).to_pylist()]
+
+    def _check_spec(self) -> None:
+        """Raise :class:`UnknownSpecVersion` when the ``spec_version`` filter names a version that is not
+        registered and scored no stored row: a typo would otherwise match nothing, and a trainer's commit
+        would move its cursor past every row of the version it meant. Once a reader, two small queries."""
+        if self._spec_checked:
+            return
+        version = str(self.filters["spec_version"])
+        sql, params = spec_known_sql(version)
+        if self._reader.query_arrow(sql, params).num_rows == 0:
+            known = [str(v) for v in self._reader.query_arrow(registered_specs_sql()).column(0).to_pylist()]
+            raise UnknownSpecVersion(
+                f"spec_version {version!r} is not a registered reward spec and scored no stored row "
+                f"(registered: {', '.join(known) or 'none'}); nothing was read and no cursor moved")
+        self._spec_checked = True
 
     def _filters(self, registry: Registry) -> dict[str, Any]:
         """The SQL filters: the reader's, and the checkpoints within ``max_policy_lag`` of ``registry``."""
@@ -132,6 +157,7 @@ class RewardReader:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         """Yield the rows after the committed cursor in ``_seq`` order, batches of at most ``batch_rows``,
         each with the lineage columns of the registry read when the iteration starts."""
+        self._check_spec()
         start = self.cursor
         horizon = int(self._reader.query_arrow(horizon_sql(), {"ms": self.settle_ms}).column(0)[0].as_py())
         self._position, self._handed = start, 0
