@@ -34,3 +34,10 @@ def test_help_and_an_unknown_name_list_every_command() -> None:
         assert f"│ {name} " in listed, name
     unknown = _cli("nosuch")
     assert unknown.returncode == 2 and "No such command 'nosuch'" in unknown.stderr
+
+
+def test_a_flag_is_shown_without_a_value_type() -> None:
+    got = _cli("export", "--help")
+    rows = {line.split()[1]: line for line in got.stdout.splitlines() if line.startswith("│") and "--" in line}
+    assert "<bool>" not in rows["--overwrite"] and "<bool>" not in rows["--help"], got.stdout
+    assert "<float>" in rows["--settle"]  # (an option that takes a value names its type)
