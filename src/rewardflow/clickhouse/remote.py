@@ -22,7 +22,7 @@ with ``Retry-After`` when the endpoint runs as many queries as it may, 429 with
 ``Retry-After`` when the token runs as many as its share.
 
 Blocking: every call is synchronous HTTP with ``timeout`` seconds per socket
-operation. A 503 or 429 is retried after its ``Retry-After`` for up to ``busy_wait_s``
+operation; the ``/hello`` before each request ends within ``hello_timeout_s`` (30 s) in all. A 503 or 429 is retried after its ``Retry-After`` for up to ``busy_wait_s``
 in all, then raises :class:`~.errors.ReaderUnavailable`, as a refused connection does.
 """
 
@@ -30,13 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import math
 import re
 import secrets
+import socket
 import ssl
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -89,12 +93,13 @@ class RemoteReader:
     """Reads through the owner's endpoint at ``url`` (``http(s)://host:port``) with a bearer ``token``."""
 
     def __init__(self, url: str, *, token: str | None, database: str | None = None, timeout: float = 300.0,
-                 cafile: Path | None = None, busy_wait_s: float = 10.0) -> None:
+                 cafile: Path | None = None, busy_wait_s: float = 10.0, hello_timeout_s: float = 30.0) -> None:
         self.url = url
         self.token = token.strip() if token else token  # (the endpoint strips it too: the proof must see the same)
         self.database = database
         self.timeout = timeout
         self.busy_wait_s = busy_wait_s
+        self.hello_timeout_s = min(hello_timeout_s, timeout)
         self.description = f"{url} (read endpoint of the chDB owner)"
         self._ssl = _context(url, cafile)
         # (redirects are not followed: urllib would carry the token to wherever one points)
@@ -109,22 +114,50 @@ class RemoteReader:
         if match is None:
             return
         nonce = secrets.token_hex(16)
-        req = urllib.request.Request(f"{self.url}/hello", method="POST", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"token_id": match.group(1), "nonce": nonce}).encode())
+        try:  # (a certificate that does not verify is an OSError and a ValueError both)
+            answer = self._hello(json.dumps({"token_id": match.group(1), "nonce": nonce}).encode())
+        except (OSError, http.client.HTTPException) as exc:
+            raise ReaderUnavailable(f"read endpoint {self.url} unreachable or silent: {exc or type(exc).__name__} "
+                                    f"(the token was not sent)") from None
         try:
-            with self._open(req, timeout=self.timeout) as resp:
-                proof = json.loads(resp.read(4096)).get("proof")
-        except urllib.error.HTTPError as exc:  # an answer, but no proof
-            exc.close()
-            proof = None
+            proof = None if answer is None else json.loads(answer).get("proof")
         except (ValueError, AttributeError):
             proof = None
-        except OSError as exc:
-            raise ReaderUnavailable(f"read endpoint {self.url} unreachable: {exc}") from None
         want = token_proof(hashlib.sha256(token.encode()).hexdigest(), nonce)
         if not isinstance(proof, str) or not hmac.compare_digest(proof, want):
             raise AccessDenied(f"{self.url} did not prove it is the read endpoint that keeps this token (revoked, "
                                "another process on its port, or another home's endpoint); the token was not sent")
+
+    def _hello(self, body: bytes) -> bytes | None:
+        """``POST /hello`` and its answer's body (at most 4 KiB; None for a status other than 200), all of
+        it within ``hello_timeout_s``: the connection is cut then, so a server that trickles its answer
+        cannot hold the reader (a socket timeout alone counts each read apart). Through a proxy the
+        environment names for the URL, the limit holds for each read only. No redirect is followed."""
+        parts = urllib.parse.urlsplit(self.url)
+        limit = self.hello_timeout_s
+        if parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname or ""):
+            req = urllib.request.Request(f"{self.url}/hello", body, {"Content-Type": "application/json"}, method="POST")
+            try:  # through the proxy the environment names, as every other request (each read within the limit)
+                with self._open(req, timeout=limit) as resp:
+                    return bytes(resp.read(4096))
+            except urllib.error.HTTPError as exc:
+                exc.close()
+                return None
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=limit, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=limit)
+        timer = threading.Timer(limit, _cut, (conn,))
+        timer.daemon = True
+        timer.start()
+        try:
+            conn.request("POST", f"{parts.path.rstrip('/')}/hello", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.read(4096) if resp.status == 200 else None
+        finally:
+            timer.cancel()
+            conn.close()
 
     def _post(self, path: str, body: Mapping[str, Any]) -> IO[bytes]:
         data = json.dumps({**body, "database": self.database}).encode()
@@ -205,6 +238,16 @@ def _retry_after(exc: urllib.error.HTTPError) -> float | None:
     except ValueError:
         return None
     return max(0.5, seconds) if math.isfinite(seconds) else None  # (never a loop of requests without a pause)
+
+
+def _cut(conn: http.client.HTTPConnection) -> None:
+    """End ``conn``'s exchange from another thread: a read blocked on its socket returns at once."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # (closed meanwhile)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
