@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_a_token_is_required_and_a_revoked_one_stops_working(endpoint: Any, ch_d
     assert endpoint_alive(server.url)  # /health answers without a token
     assert post(f"{server.url}/query", b"SELECT 1")[0] == 401
     status, body, headers = post(f"{server.url}/query", b"SELECT 1", "rfr_000000000000_not-a-real-token-at-all")
-    assert status == 401 and headers["WWW-Authenticate"] == "Bearer" and body.startswith(b"unauthorized")
+    assert status == 401 and headers["WWW-Authenticate"] == "Bearer, RF-HMAC-SHA256" and body.startswith(b"unauthorized")
     store = TokenStore(settings.home)
     g, token = store.create("analyst", "alice")
     status, body, _ = post(f"{server.url}/query", b"SELECT number AS n FROM system.numbers LIMIT 3", token)
@@ -602,6 +603,65 @@ def test_a_reader_proves_the_endpoint_before_every_request_and_follows_no_redire
         proxy.shutdown()
         recorder.shutdown()
     assert not any(token in h for h in seen)
+
+
+def test_a_relay_between_reader_and_endpoint_never_holds_the_token_nor_a_request_it_can_use(endpoint: Any) -> None:
+    """A process the reader was sent to (a wrong port or URL) that passes every request on to the real
+    endpoint sees signed requests only: no token, and no request it may send again or change."""
+    import http.server
+
+    server, settings = endpoint
+    token = grant(settings)
+    relayed: list[tuple[str, str, bytes]] = []  # (path, Authorization, body)
+
+    class Relay(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            auth = self.headers.get("Authorization", "")
+            relayed.append((self.path, auth, body))
+            req = urllib.request.Request(f"{server.url}{self.path}", data=body, method="POST",
+                                         headers={"Content-Type": self.headers.get("Content-Type", ""),
+                                                  **({"Authorization": auth} if auth else {})})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    status, answer = resp.status, resp.read()
+            except urllib.error.HTTPError as exc:
+                status, answer = exc.code, exc.read()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    try:
+        remote = RemoteReader(f"http://127.0.0.1:{relay.server_address[1]}", token=token)
+        assert remote.query_arrow("SELECT 7 AS x").column("x").to_pylist() == [7]
+    finally:
+        relay.shutdown()
+    assert relayed and not any(token in auth or token.encode() in body for _, auth, body in relayed)
+    path, auth, body = next(r for r in relayed if r[0] == "/query")
+    assert auth.startswith("RF-HMAC-SHA256 id=")
+
+    def send(data: bytes, authorization: str) -> tuple[int, bytes]:
+        req = urllib.request.Request(f"{server.url}{path}", data=data, method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": authorization})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    again = send(body, auth)
+    assert again[0] == 401 and b"taken before" in again[1]
+    changed = send(body.replace(b"SELECT 7", b"SELECT 8"), auth)
+    assert changed[0] == 401 and b"signature does not match" in changed[1]
+    stale = send(body, re.sub(r"ts=[0-9]+", f"ts={int(time.time()) - 900}", auth))
+    assert stale[0] == 401 and b"off this endpoint's clock" in stale[1]
+    assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 200  # the token itself still works as a bearer
 
 
 def test_the_endpoint_keeps_its_port_on_the_other_loopback_too(ch_db: ChDatabase) -> None:

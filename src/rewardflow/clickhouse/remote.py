@@ -13,8 +13,11 @@ Wire protocol (served by :mod:`rewardflow.readapi`):
 * ``POST /keys`` and ``POST /checkpoints`` (the owner's token only): ingestion keys and checkpoint
   registrations, JSON in and out (:mod:`rewardflow.readapi.app`).
 
-Every request but ``/health`` carries ``Authorization: Bearer <token>``
-(:mod:`rewardflow.readapi.tokens`). Statuses: 401 no or bad token; 403 a
+Every request but ``/health`` and ``/hello`` carries the token's authority: a reader signs each
+request with it (``Authorization: RF-HMAC-SHA256 …``, :func:`request_signature`) and never sends
+the token; ``Authorization: Bearer <token>`` (``curl``) is accepted too
+(:mod:`rewardflow.readapi.tokens`). Statuses: 401 no or bad token, a signature that does not match or
+comes again, or a request time over 5 minutes off the endpoint's clock; 403 a
 statement that is not a read (body ``refused: …``) or a role that may not do
 this; 400 ClickHouse's message or a bad cursor; 409 a registration that contradicts the
 registry (:class:`~.errors.WriteRefused`); 413 a body over the limit; 503
@@ -74,6 +77,20 @@ _TOKEN_ID = re.compile(r"^rfr_([0-9a-f]{12})_")
 _MAX_ANSWER = 16 * 1024**2  # the most bytes of a JSON answer a reader takes (of an error's message: 64 KiB)
 
 
+SIGNED = "RF-HMAC-SHA256"
+"""The ``Authorization`` scheme of a signed request: ``RF-HMAC-SHA256 id=<token id>,ts=<unix seconds>,
+nonce=<hex>,sig=<hex>`` (:func:`request_signature`)."""
+
+
+def request_signature(token_sha256: str, route: str, ts: int, nonce: str, body: bytes) -> str:
+    """What a signed request carries instead of its token: HMAC-SHA256, keyed by the token's SHA-256
+    (hex), of the scheme, the route (``/query``), the time, a nonce and the body's SHA-256. Whoever sees
+    it (a process that relays the reader's requests) learns nothing of the token and cannot use it
+    for another request; the endpoint refuses it a second time."""
+    message = f"{SIGNED}\n{route}\n{ts}\n{nonce}\n{hashlib.sha256(body).hexdigest()}"
+    return hmac.new(token_sha256.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
 def token_proof(token_sha256: str, nonce: str) -> str:
     """The endpoint's proof that it keeps a token: HMAC-SHA256 of ``nonce`` keyed by the token's SHA-256
     (hex). The token store keeps that digest, and only the token's holder can compute it otherwise."""
@@ -128,6 +145,18 @@ class RemoteReader:
             raise AccessDenied(f"{self.url} did not prove it is the read endpoint that keeps this token (revoked, "
                                "another process on its port, or another home's endpoint); the token was not sent")
 
+    def _authorization(self, route: str, body: bytes) -> str:
+        """The ``Authorization`` of one attempt of a request: signed (:func:`request_signature`, a fresh
+        nonce each attempt) for a token of the endpoint's form, which then never leaves the reader; the
+        bearer token otherwise (the endpoint refuses it, having no such token)."""
+        token = self.token or ""
+        match = _TOKEN_ID.match(token)
+        if match is None:
+            return f"Bearer {token}"
+        ts, nonce = int(time.time()), secrets.token_hex(16)
+        sig = request_signature(hashlib.sha256(token.encode()).hexdigest(), route, ts, nonce, body)
+        return f"{SIGNED} id={match.group(1)},ts={ts},nonce={nonce},sig={sig}"
+
     def _hello(self, body: bytes) -> bytes | None:
         """``POST /hello`` and its answer's body (at most 4 KiB; None for a status other than 200), all of
         it within ``hello_timeout_s``: the connection is cut then, so a server that trickles its answer
@@ -161,14 +190,13 @@ class RemoteReader:
 
     def _post(self, path: str, body: Mapping[str, Any]) -> IO[bytes]:
         data = json.dumps({**body, "database": self.database}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST", headers=headers)
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
         give_up = time.monotonic() + self.busy_wait_s
         while True:
             if self.token:
                 self._prove(self.token)
+                req.add_header("Authorization", self._authorization(path, data))
             try:
                 resp: IO[bytes] = self._open(req, timeout=self.timeout)
                 return resp

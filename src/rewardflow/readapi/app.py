@@ -1,7 +1,8 @@
 """The read endpoint's routes: authenticated, read-only, bounded (protocol: :mod:`rewardflow.clickhouse.remote`).
 
-* Every route but ``/health`` needs a bearer token (:mod:`.tokens`); ``/cursor``
-  moves only the cursors the token's role allows.
+* Every route but ``/health`` and ``/hello`` needs a token's authority: a request signed with it
+  (:mod:`.signing`, what readers send) or the token itself as a bearer token (:mod:`.tokens`);
+  ``/cursor`` moves only the cursors the token's role allows.
 * A body over ``read_max_body_bytes`` is refused (413) before it is read whole.
 * At most ``read_max_queries`` queries run at once, each in a thread of its own
   that streams Arrow IPC through a small bounded queue (:mod:`.stream`); one more gets 503 with
@@ -28,7 +29,8 @@ from starlette.concurrency import run_in_threadpool
 
 from rewardflow.clickhouse.errors import QueryError, clean_message, is_driver_error
 from rewardflow.clickhouse.readers import CursorError
-from rewardflow.clickhouse.remote import SERVICE
+from rewardflow.clickhouse.remote import SERVICE, SIGNED
+from rewardflow.readapi import signing
 from rewardflow.readapi.service import ReadService
 from rewardflow.readapi.stream import stream_query
 from rewardflow.readapi.tokens import Grant
@@ -174,23 +176,40 @@ def _manage_keys(service: ReadService, doc: dict[str, Any]) -> Any:
 
 
 async def _admitted(service: ReadService, request: Request, limit: int) -> tuple[Grant, bytes] | Response:
-    """The request's grant and body, or the response refusing it: 401 before the body is read, 413."""
-    grant = _authorized(service, request)
-    if isinstance(grant, Response):
-        return grant
-    body = await _body(request, limit)
-    return body if isinstance(body, Response) else (grant, body)
-
-
-def _authorized(service: ReadService, request: Request) -> Grant | Response:
+    """The request's grant and body, or the response refusing it: 401 (before the body is read, but for
+    a signature, which covers the body), 413."""
     header = request.headers.get("authorization", "")
+    signed = signing.parse(header)
+    if signed is None:
+        grant = _bearer(service, header)
+        if isinstance(grant, Response):
+            return grant
+        body = await _body(request, limit)
+        return body if isinstance(body, Response) else (grant, body)
+    if (off := service.nonces.skew(signed.ts)) is not None:
+        return _unauthorized(f"the request's time is {off:+.0f} s off this endpoint's clock (at most "
+                             f"{service.nonces.window_s:g} s): check the reader's clock")
+    body = await _body(request, limit)
+    if isinstance(body, Response):
+        return body
+    found = service.tokens.signed(signed.token_id, request.url.path, signed.ts, signed.nonce, body, signed.sig)
+    if found is None:
+        return _unauthorized("the token is unknown or revoked, or the signature does not match the request")
+    refused = service.nonces.take(signed.nonce)
+    return _unauthorized(refused) if refused is not None else (found, body)
+
+
+def _bearer(service: ReadService, header: str) -> Grant | Response:
     scheme, _, token = header.partition(" ")
     grant = service.tokens.verify(token.strip()) if scheme.lower() == "bearer" else None
     if grant is None:
-        why = "a bearer token is required" if not header else "the token is unknown or revoked"
-        return PlainTextResponse(f"unauthorized: {why} (rewardflow tokens create)", 401,
-                                 headers={"WWW-Authenticate": "Bearer"})
+        return _unauthorized("a bearer token is required" if not header else "the token is unknown or revoked")
     return grant
+
+
+def _unauthorized(why: str) -> Response:
+    return PlainTextResponse(f"unauthorized: {why} (rewardflow tokens create)", 401,
+                             headers={"WWW-Authenticate": f"Bearer, {SIGNED}"})
 
 
 async def _body(request: Request, limit: int, name: str = " (REWARDFLOW_READ_MAX_BODY_BYTES)") -> bytes | Response:

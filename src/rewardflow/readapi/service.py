@@ -1,4 +1,5 @@
-"""What the read endpoint's routes share: the engine's readers, the token store and the query slots.
+"""What the read endpoint's routes share: the engine's readers, the token store, the signed requests'
+nonces and the query slots.
 
 Contract: thread-safe. :meth:`ReadService.take_slot` never blocks; every slot it gives is given back
 once by :meth:`ReadService.give_slot` (the query's thread does, whatever ends it). :meth:`ReadService.borrow`
@@ -15,6 +16,7 @@ from rewardflow.clickhouse.connect import local_reader
 from rewardflow.clickhouse.ddl import quote_ident
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.readers import LocalReader
+from rewardflow.readapi.signing import Nonces
 from rewardflow.readapi.tokens import TokenStore
 from rewardflow.settings import Settings
 
@@ -25,6 +27,7 @@ class ReadService:
     def __init__(self, dsn: Dsn, settings: Settings) -> None:
         self.dsn, self.settings = dsn, settings
         self.tokens = TokenStore(settings.home)
+        self.nonces = Nonces()  # (of the signed requests taken: each is taken once)
         self._pools: dict[str | None, list[LocalReader]] = {}
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}  # token id -> its queries running now (absent: none)

@@ -11,6 +11,10 @@ token, never the token itself. Roles:
   CLI and trainers of the same OS user on the same machine read without setup,
   and nobody else can.
 
+A reader never sends its token: it signs each request with it
+(:func:`~rewardflow.clickhouse.remote.request_signature`, checked by :meth:`TokenStore.signed`), so
+the token works as a bearer token only for clients that send it (``curl``).
+
 Contract: :class:`TokenStore` reads the file again whenever it changed, so a
 revoked token stops working at the endpoint's next request. Writes replace the
 file atomically. Nothing here prints a token except :meth:`TokenStore.create`'s
@@ -32,7 +36,7 @@ from typing import Any, Literal
 import orjson
 
 from rewardflow.clickhouse.readers import TRAINER_NAME
-from rewardflow.clickhouse.remote import LOCAL_TOKEN_FILE, read_local_token, token_proof
+from rewardflow.clickhouse.remote import LOCAL_TOKEN_FILE, read_local_token, request_signature, token_proof
 
 Role = Literal["analyst", "trainer", "owner"]
 ROLES: tuple[Role, ...] = ("analyst", "trainer", "owner")
@@ -99,6 +103,16 @@ class TokenStore:
         if entry is None or entry[0].revoked_at is not None:
             return None
         return token_proof(entry[1], nonce)
+
+    def signed(self, token_id: str, route: str, ts: int, nonce: str, body: bytes, sig: str) -> Grant | None:
+        """The grant of an unrevoked token ``token_id`` whose holder signed this request (``sig`` is
+        :func:`~rewardflow.clickhouse.remote.request_signature` of it), else None (constant time in the
+        signature). The caller checks the time and that the nonce is new."""
+        entry = self._load().get(token_id)
+        if entry is None or entry[0].revoked_at is not None:
+            return None
+        want = request_signature(entry[1], route, ts, nonce, body)
+        return entry[0] if hmac.compare_digest(want, sig) else None
 
     def list(self) -> list[Grant]:
         return sorted((g for g, _ in self._load().values()), key=lambda g: g.created_at)

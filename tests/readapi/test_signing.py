@@ -1,0 +1,39 @@
+"""Signed requests: the header's form, the clock window and the nonces taken once."""
+
+from __future__ import annotations
+
+import time
+
+from rewardflow.readapi.signing import Nonces, Signed, parse
+
+SIG = "ab" * 32
+
+
+def test_only_a_well_formed_signed_header_is_parsed() -> None:
+    assert parse(f"RF-HMAC-SHA256 id=0123456789ab,ts=1700000000,nonce={'c' * 32},sig={SIG}") == \
+        Signed("0123456789ab", 1700000000, "c" * 32, SIG)
+    assert parse(f"rf-hmac-sha256 id=0123456789ab,ts=1,nonce={'c' * 16},sig={SIG}") is not None  # (scheme: any case)
+    for bad in ("Bearer rfr_0123456789ab_x", "", f"RF-HMAC-SHA256 id=0123456789ab,ts=1,nonce={'c' * 32}",
+                f"RF-HMAC-SHA256 id=0123456789ab,ts=-1,nonce={'c' * 32},sig={SIG}",
+                f"RF-HMAC-SHA256 id=0123456789ab,ts=1,nonce={'c' * 32},sig={SIG},x=1",
+                f"RF-HMAC-SHA256 id=XYZ,ts=1,nonce={'c' * 32},sig={SIG}"):
+        assert parse(bad) is None, bad
+
+
+def test_a_nonce_is_taken_once_and_the_window_bounds_the_time() -> None:
+    nonces = Nonces(window_s=60, max_kept=3)
+    now = int(time.time())
+    assert nonces.skew(now) is None and nonces.skew(now - 59) is None
+    skew = nonces.skew(now - 120)
+    assert skew is not None and skew < -60
+    assert nonces.take("a") is None
+    assert nonces.take("a") == "this signed request was taken before (a copy is refused)"
+    assert nonces.take("b") is None and nonces.take("c") is None
+    assert "retry later" in (nonces.take("d") or "")  # full: refused, never taken unchecked
+
+
+def test_nonces_are_forgotten_after_two_windows() -> None:
+    nonces = Nonces(window_s=0.05, max_kept=1)
+    assert nonces.take("a") is None
+    time.sleep(0.15)
+    assert nonces.take("b") is None  # "a" expired and made room
