@@ -102,7 +102,8 @@ class JoinWorker:
             broker_credentials=faust_credentials(settings),
             store="memory://",
             topic_partitions=settings.partitions,
-            topic_replication_factor=settings.topic_replication_factor,
+            # (the topics exist before a worker starts, made with the cluster's default when unset: ensure_topics)
+            topic_replication_factor=settings.topic_replication_factor or 1,
             autodiscover=False,
             # No leader topic: nothing here needs a leader, and its one partition never holds a record.
             # Fetched alone (while the raw partitions still had records buffered), it made the broker

@@ -12,7 +12,8 @@ from rewardflow.settings import Settings, SettingsError, load_settings
 @pytest.mark.parametrize(
     ("bootstrap", "port", "controller"),
     [("127.0.0.1:19092", 19092, 19093), ("localhost:29092", 29092, 29093), ("[::1]:39092", 39092, 39093),
-     ("kafka.internal:9092", 19092, 19093), ("127.0.0.1:9092,127.0.0.1:9094", 19092, 19093)],
+     ("kafka.internal:9092", 19092, 19093), ("127.0.0.1:9092,kafka.internal:9094", 19092, 19093),
+     ("127.0.0.1:29500,127.0.0.1:29502,127.0.0.1:29504", 29500, 29501)],  # (as `kafka up --brokers 3` prints it)
 )
 def test_the_local_broker_listens_where_a_loopback_bootstrap_points(bootstrap: str, port: int, controller: int) -> None:
     s = Settings(kafka_bootstrap=bootstrap)
@@ -70,8 +71,10 @@ def test_the_worker_fetches_as_many_bytes_a_partition_as_set() -> None:
 
 
 def test_min_insync_above_the_replication_factor_fails_fast() -> None:
-    with pytest.raises(ValueError, match="topic_min_insync_replicas .2. cannot exceed topic_replication_factor .1."):
-        Settings(topic_min_insync_replicas=2)
+    with pytest.raises(ValueError, match="REWARDFLOW_TOPIC_MIN_INSYNC_REPLICAS .2. cannot exceed "
+                                         "REWARDFLOW_TOPIC_REPLICATION_FACTOR .1."):
+        Settings(topic_replication_factor=1, topic_min_insync_replicas=2)
+    assert Settings(topic_min_insync_replicas=2).topic_replication_factor is None  # (the cluster's default)
     ok = Settings(topic_replication_factor=3, topic_min_insync_replicas=2, table_standby_replicas=1)
     assert (ok.topic_replication_factor, ok.topic_min_insync_replicas, ok.table_standby_replicas) == (3, 2, 1)
 

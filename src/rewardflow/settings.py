@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     kafka_ssl_cafile: Path | None = None
     topic_prefix: str = Field("rewardflow.", description="Prefix of every topic the platform owns.")
     partitions: int = Field(4, ge=1, le=1024, description="Partitions of the topics rewardflow creates.")
-    topic_replication_factor: int = Field(1, ge=1, le=16, description="Replicas of every topic rewardflow and its workers create (raw, outputs, the state changelog). 1 for the local broker; 3 on a production cluster.")
+    topic_replication_factor: int | None = Field(None, ge=1, le=16, description="Replicas of every topic rewardflow and its workers create (raw, outputs, the state changelog). Unset: the cluster's default.replication.factor (1 on the local broker, 3 on `rewardflow kafka up --brokers 3`); 3 on a production cluster.")
     topic_min_insync_replicas: int | None = Field(None, ge=1, le=16, description="min.insync.replicas of those topics (unset: the broker's default). With acks=all, a write succeeds only when this many replicas have it; 2 with a replication factor of 3 survives one broker down without losing an acknowledged record.")
     worker_stall_timeout_s: float = Field(60.0, ge=3.0, le=3600.0, description="A worker with an assigned partition that has records left (to restore from its changelog, or to process on the raw topic) and makes no progress on it for this long stops cleanly and exits 75, so a fresh member of the group takes the partition over (rewardflow run starts the worker again).")
     table_standby_replicas: int = Field(0, ge=0, le=8, description="Standby copies of each partition's join state kept by other workers, so a takeover does not replay the changelog (each standby costs the memory of the state it mirrors).")
@@ -165,16 +165,16 @@ class Settings(BaseSettings):
         if not self.clickhouse_dsn.get_secret_value():
             self.clickhouse_dsn = SecretStr(f"chdb://{(self.home / 'chdb').resolve()}")
         if sorted(set(self.horizons_s)) != self.horizons_s or not self.horizons_s:
-            raise ValueError("horizons_s must be a non-empty, strictly increasing list of seconds")
+            raise ValueError("REWARDFLOW_HORIZONS_S must be a non-empty, strictly increasing list of seconds")
         if any(h <= 0 for h in self.horizons_s):
-            raise ValueError("horizons_s must be positive")
+            raise ValueError("REWARDFLOW_HORIZONS_S must be positive")
         if not self.window_sizes_s or any(w <= 0 for w in self.window_sizes_s):
-            raise ValueError("window_sizes_s must be a non-empty list of positive seconds")
+            raise ValueError("REWARDFLOW_WINDOW_SIZES_S must be a non-empty list of positive seconds")
         if self.kafka_security_protocol.startswith("SASL") and not (
             self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
         ):
             raise ValueError(
-                "kafka_security_protocol=SASL_* needs REWARDFLOW_KAFKA_SASL_MECHANISM, "
+                "REWARDFLOW_KAFKA_SECURITY_PROTOCOL=SASL_* needs REWARDFLOW_KAFKA_SASL_MECHANISM, "
                 "REWARDFLOW_KAFKA_SASL_USERNAME and REWARDFLOW_KAFKA_SASL_PASSWORD"
             )
         if self.kafka_sasl_password is not None and self.kafka_security_protocol == "SASL_PLAINTEXT":
@@ -185,30 +185,32 @@ class Settings(BaseSettings):
                     "use REWARDFLOW_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
                 )
         if self.dedup_horizon_ms > self.tombstone_ms and self.tombstone_ms == 0:
-            raise ValueError("tombstone_ms=0 with dedup enabled would misroute late duplicates")
+            raise ValueError("REWARDFLOW_TOMBSTONE_MS=0 with dedup enabled would misroute late duplicates")
         if self.grace_ms < self.max_clock_skew_ms + self.allowed_lateness_ms:
             raise ValueError(
-                f"grace_ms ({self.grace_ms}) must be at least max_clock_skew_ms + allowed_lateness_ms "
+                f"REWARDFLOW_GRACE_MS ({self.grace_ms}) must be at least REWARDFLOW_MAX_CLOCK_SKEW_MS + "
+                f"REWARDFLOW_ALLOWED_LATENESS_MS "
                 f"({self.max_clock_skew_ms} + {self.allowed_lateness_ms}): an event dated ahead by the allowed skew "
                 "could otherwise finalise turns before their last signal arrived. Raise REWARDFLOW_GRACE_MS or "
                 "lower REWARDFLOW_MAX_CLOCK_SKEW_MS"
             )
-        if self.topic_min_insync_replicas is not None and self.topic_min_insync_replicas > self.topic_replication_factor:
-            raise ValueError(f"topic_min_insync_replicas ({self.topic_min_insync_replicas}) cannot exceed "
-                             f"topic_replication_factor ({self.topic_replication_factor}): no write could succeed")
+        isr, rf = self.topic_min_insync_replicas, self.topic_replication_factor
+        if isr is not None and rf is not None and isr > rf:
+            raise ValueError(f"REWARDFLOW_TOPIC_MIN_INSYNC_REPLICAS ({isr}) cannot exceed "
+                             f"REWARDFLOW_TOPIC_REPLICATION_FACTOR ({rf}): no write could succeed")
         if self.tick_key is not None and len(self.tick_key.get_secret_value()) < 16:
-            raise ValueError("tick_key must be at least 16 characters (use a long random string)")
+            raise ValueError("REWARDFLOW_TICK_KEY must be at least 16 characters (use a long random string)")
         if (self.web_tls_certfile is None) != (self.web_tls_keyfile is None):
             raise ValueError("REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE go together")
         if not _is_loopback(self.collect_host) and self.web_tls_certfile is None and not self.web_insecure_public:
             raise ValueError(
-                f"collect_host {self.collect_host} is not a loopback address: keys and events would cross the "
+                f"REWARDFLOW_COLLECT_HOST {self.collect_host} is not a loopback address: keys and events would cross the "
                 "network in clear text. Set REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE, or, behind a "
                 "TLS proxy on a trusted network, REWARDFLOW_WEB_INSECURE_PUBLIC=true"
             )
         if not _is_loopback(self.web_host) and self.web_tls_certfile is None and not self.web_insecure_public:
             raise ValueError(
-                f"web_host {self.web_host} is not a loopback address: the read endpoint would serve SQL and "
+                f"REWARDFLOW_WEB_HOST {self.web_host} is not a loopback address: the read endpoint would serve SQL and "
                 "bearer tokens in clear text. Set REWARDFLOW_WEB_TLS_CERTFILE and REWARDFLOW_WEB_TLS_KEYFILE, or, "
                 "behind a TLS proxy on a trusted network, REWARDFLOW_WEB_INSECURE_PUBLIC=true"
             )
@@ -220,11 +222,12 @@ class Settings(BaseSettings):
     # --- derived ---------------------------------------------------------------------
     @property
     def local_broker_port(self) -> int:
-        """The local broker's client port: set, or the port of a one-address loopback bootstrap, or 19092."""
+        """The local broker's client port: set, or the first port of a loopback bootstrap (a local cluster's
+        first node: ``rewardflow kafka up --brokers 3`` prints such a list), or 19092."""
         if self.local_kafka_port is not None:
             return self.local_kafka_port
         items = [x.strip() for x in self.kafka_bootstrap.split(",") if x.strip()]
-        if len(items) == 1 and _is_loopback(_bootstrap_hosts(items[0])[0]):
+        if items and all(_is_loopback(h) for h in _bootstrap_hosts(self.kafka_bootstrap)):
             port = items[0].rsplit(":", 1)[-1]
             if port.isdigit() and 1024 <= int(port) < 65535:
                 return int(port)

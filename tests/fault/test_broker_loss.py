@@ -2,8 +2,9 @@
 same cluster through ``rewardflow kafka status / up / down``.
 
 The cluster is the project's own (``rewardflow kafka up --brokers 3``: KRaft, every node a
-controller, replication 3, ``min.insync.replicas`` 2). rewardflow's topics are created with the
-same (``REWARDFLOW_TOPIC_REPLICATION_FACTOR=3``, ``…_MIN_INSYNC_REPLICAS=2``). While the workload
+controller, replication 3, ``min.insync.replicas`` 2). rewardflow's topics get the same by default
+(its replication factor unset: the cluster's ``default.replication.factor``), with
+``REWARDFLOW_TOPIC_MIN_INSYNC_REPLICAS=2``. While the workload
 flows, the broker that leads the most raw partitions is killed; its partitions' leadership moves
 to the followers, which hold every acknowledged record, and producers, the worker and the sink
 fail over. Afterwards ClickHouse must hold exactly what the pure core computes
@@ -55,11 +56,12 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
 
 def test_one_broker_of_three_killed_mid_stream_loses_and_duplicates_nothing(
         cluster: LocalCluster, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
-    d = deployment(cluster.bootstrap, topic_replication_factor=3, topic_min_insync_replicas=2)
+    d = deployment(cluster.bootstrap, topic_min_insync_replicas=2)
     settings = d.settings
     raw = settings.topic(T.RAW)
-    md = AdminClient({"bootstrap.servers": cluster.bootstrap}, logger=LIBRDKAFKA_LOG).list_topics(raw, timeout=10)
-    assert all(len(p.replicas) == 3 for p in md.topics[raw].partitions.values())
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}, logger=LIBRDKAFKA_LOG).list_topics(timeout=10)
+    ours = [t for t in md.topics if t.startswith(settings.topic_prefix)]
+    assert len(ours) >= 9 and all(len(p.replicas) == 3 for t in ours for p in md.topics[t].partitions.values())
     workload, sink, sender = feed(d, ch_db, stack, SEED)
 
     chunks = workload.chunks(6)

@@ -85,8 +85,8 @@ def test_replication_settings_reach_every_topic(kafka_broker: Any, tmp_path: Pat
     for name in names:
         assert configs(admin, name)["min.insync.replicas"] == "1", name
     md = admin.list_topics(timeout=10)
-    assert all(len(p.replicas) == settings.topic_replication_factor == 1
-               for n in names for p in md.topics[n].partitions.values())
+    assert settings.topic_replication_factor is None  # unset: the broker's default.replication.factor (1 here)
+    assert all(len(p.replicas) == 1 for n in names for p in md.topics[n].partitions.values())
     more = settings.model_copy(update={"topic_prefix": f"q{uuid.uuid4().hex[:8]}.", "topic_replication_factor": 3})
     with pytest.raises(RuntimeError, match="cannot create topic .*[Rr]eplication factor"):
         ensure_topics(more)  # one broker cannot hold three replicas: refused with the broker's reason

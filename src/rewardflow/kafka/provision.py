@@ -78,8 +78,9 @@ def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create the raw and output topics and the worker's changelog with ``settings.partitions``; return
-    the names of the raw and output topics.
+    """Create the raw and output topics and the worker's changelog with ``settings.partitions`` and
+    ``settings.topic_replication_factor`` replicas (unset: the cluster's default); return the names of
+    the raw and output topics.
 
     Existing topics get the configs :func:`topic_configs` requires (a record size limit is only ever
     raised), and so does the changelog (:func:`changelog_configs`).
@@ -95,8 +96,8 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     changelog = changelog_topic(settings)
     configs = {**topic_configs(settings), changelog: changelog_configs(settings)}
     client = AdminClient(settings.kafka_client_config())
-    new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=settings.topic_replication_factor,
-                    config=configs.get(n, {}))
+    replicas = settings.topic_replication_factor or -1  # (-1: the cluster's default.replication.factor)
+    new = [NewTopic(n, num_partitions=settings.partitions, replication_factor=replicas, config=configs.get(n, {}))
            for n in (*names, changelog)]
     existing = []
     for name, fut in client.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
