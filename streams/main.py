@@ -27,6 +27,7 @@ from typing import Any
 
 import faust
 
+from rewardflow import logrepeats
 from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings, load_settings
 from rewardflow_streams.app import JoinWorker
@@ -133,6 +134,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     if loglevel.upper() != "DEBUG":  # Faust's and its Kafka client's start-up chatter: warnings only
         for name in ("faust", "mode", "aiokafka"):
             logging.getLogger(name).setLevel(logging.WARNING)
+        logrepeats.install()  # a broker away: its retries once per 10 s, not every 100 ms
     # No terminal spinner: with one, Faust sets the root logger to DEBUG to spin on every record,
     # so each aiokafka debug call builds a LogRecord (profiled: ~12 per input record, then dropped).
     worker.spinner = None

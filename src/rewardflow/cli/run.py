@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import typer
 
+from rewardflow import logrepeats
 from rewardflow.children import default_worker_count, worker_metrics_ports
 from rewardflow.heaptrim import HeapTrimmer
 from rewardflow.settings import Settings, load_settings
@@ -125,6 +126,8 @@ def command(
     i-th port after WEB_PORT (COLLECT_PORT skipped).
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    if log_level.upper() != "DEBUG":
+        logrepeats.install()  # a broker away: librdkafka's failed connects once per 10 s
     settings = load_settings()
     if workers is None:
         workers = default_worker_count(settings)
