@@ -57,3 +57,17 @@ def test_a_simulation_older_than_the_pipelines_events_is_warned_of(ch_db: ChData
     _warn_if_late(settings, T0, console)
     text = console.export_text()
     assert "warning:" in text and "1.0 h after this simulation's first" in text and "--time-scale 1" in text
+    assert f"through this topic prefix ({settings.topic_prefix or 'none'})" in text
+
+
+def test_a_start_that_dates_events_ahead_of_the_broker_is_warned_of() -> None:
+    from rewardflow.cli.simulate import _warn_if_ahead
+    from rewardflow.settings import Settings
+
+    settings, console = Settings(), Console(record=True, width=400)
+    safe = T0
+    _warn_if_ahead(settings, safe + 3_600_000 + settings.max_clock_skew_ms, safe, console)
+    assert console.export_text() == ""  # within the default's hour to spare and the allowed skew
+    _warn_if_ahead(settings, safe + 3_600_000 + settings.max_clock_skew_ms + 1_500_000, safe, console)
+    text = console.export_text()
+    assert "dead-lettered as future_ts" in text and f"at or before {safe}" in text

@@ -79,10 +79,23 @@ def _warn_if_late(settings: Settings, start_ms: int, console: Console) -> None:
     if t - settings.allowed_lateness_ms <= start_ms:
         return
     at = time.strftime("%Y-%m-%d %H:%M", time.gmtime(t / 1000))
-    console.print(f"[yellow]warning:[/] the pipeline's events reach {at} UTC, {(t - start_ms) / 3.6e6:.1f} h after this "
-                  "simulation's first: its partitions' clocks are past most of it, so most of its events will be late "
-                  "(excluded, not scored). Send a second simulation to a fresh pipeline (another REWARDFLOW_HOME and "
-                  "REWARDFLOW_TOPIC_PREFIX), or pace it in real time (--time-scale 1).")
+    console.print(f"[yellow]warning:[/] the events stored under this REWARDFLOW_HOME reach {at} UTC, "
+                  f"{(t - start_ms) / 3.6e6:.1f} h after this simulation's first. If they came through this topic "
+                  f"prefix ({settings.topic_prefix or 'none'}), its partitions' clocks are past most of this simulation, "
+                  "so most of its events will be late (excluded, not scored): send it to a fresh pipeline (another "
+                  "REWARDFLOW_HOME and REWARDFLOW_TOPIC_PREFIX), or pace it in real time (--time-scale 1).")
+
+
+def _warn_if_ahead(settings: Settings, start_ms: int, safe_ms: int, console: Console) -> None:
+    """Warn when a ``--start-ms`` puts the simulation's events ahead of the broker's clock as they are sent:
+    ``safe_ms`` is the default start (the whole span in the past, with an hour to spare)."""
+    ahead_ms = start_ms - (safe_ms + 3_600_000)
+    if ahead_ms <= settings.max_clock_skew_ms:
+        return
+    console.print(f"[yellow]warning:[/] with --start-ms {start_ms} this simulation's last events are dated up to "
+                  f"{ahead_ms / 1000:,.0f} s after the time they are sent; events more than "
+                  f"{settings.max_clock_skew_ms / 1000:g} s ahead of the broker's clock (REWARDFLOW_MAX_CLOCK_SKEW_MS) "
+                  f"are dead-lettered as future_ts. Start at or before {safe_ms} (the default), or raise --time-scale.")
 
 
 def summary_table(truth: GroundTruth, sent: int | None, malformed: int | None) -> Table:
@@ -126,12 +139,12 @@ def command(
     if hack is not None and hack not in HACKS:
         raise _fail(f"--hack {hack!r}: use one of {', '.join(HACKS)}")
     settings = load_settings(**({"kafka_bootstrap": bootstrap} if bootstrap else {}))
+    safe_ms = default_start_ms(int(time.time() * 1000), duration_s=duration_s, turns_per_session=turns_per_session,
+                               time_scale=time_scale)
     try:
         cfg = ab_config(baseline_checkpoint, candidate_checkpoint, hack=hack_of(hack), noise=noise, sessions=sessions,
                         turns_per_session=turns_per_session, seed=seed, time_scale=time_scale, duration_s=duration_s,
-                        start_ms=start_ms if start_ms is not None else default_start_ms(
-                            int(time.time() * 1000), duration_s=duration_s, turns_per_session=turns_per_session,
-                            time_scale=time_scale),
+                        start_ms=start_ms if start_ms is not None else safe_ms,
                         grace_ms=settings.grace_ms, lateness_ms=settings.allowed_lateness_ms,
                         correction_ms=settings.correction_window_ms)
     except ValidationError as exc:
@@ -147,6 +160,8 @@ def command(
     else:
         _check_broker(settings, settings.topic(topics.RAW))
         _warn_if_late(settings, cfg.start_ms, console)
+        if start_ms is not None:
+            _warn_if_ahead(settings, start_ms, safe_ms, console)
         from rewardflow.client import ProducerError
 
         try:
