@@ -154,7 +154,9 @@ class JoinWorker:
         self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, self._broker_log_starts,
                               settings.kafka_client_config())
         self._admin_: Any = None
+        self._offsets_reader: Any = None  # a Consumer of the group that never subscribes (_broker_committed)
         self._admin_lock = threading.Lock()  # the offset lookups run in threads (GapGuard)
+        self._reader_lock = threading.Lock()
         self._assigned_at = 0
         self._woken: set[int] = set()
         self.faults = Faults.from_env()  # fault hooks of the tests (none unless RF_FAULT_* is set)
@@ -315,7 +317,20 @@ class JoinWorker:
 
     def _broker_committed(self, tps: list[Any]) -> dict[Any, int | None]:
         """The worker group's committed offsets of ``tps`` (:func:`~rewardflow_streams.commits.group_offsets`)."""
-        return group_offsets(self._admin(), self.app.conf.id, tps)
+        with self._reader_lock:  # (one request at a time on it; up to 10 s when the coordinator is away)
+            if self._offsets_reader is None:
+                from confluent_kafka import Consumer
+
+                self._offsets_reader = Consumer({**self.settings.kafka_client_config(), "group.id": self.app.conf.id,
+                                                 "enable.auto.commit": False, "enable.auto.offset.store": False})
+            return group_offsets(self._offsets_reader, tps)
+
+    def close_clients(self) -> None:
+        """Close the Kafka clients this worker made itself (the group's offsets reader); after the app stopped."""
+        with self._reader_lock:
+            reader, self._offsets_reader = self._offsets_reader, None
+        if reader is not None:
+            reader.close()
 
     def _broker_log_starts(self, tps: list[Any]) -> dict[Any, int | None]:
         """The first offset each of ``tps`` still holds (:func:`~rewardflow_streams.commits.log_starts`)."""

@@ -28,6 +28,7 @@ first offset each partition still holds.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import MutableMapping
 from typing import Any, cast
 
@@ -85,21 +86,34 @@ def install_unique_acks(consumer: Any) -> None:
     consumer._new_offset = new_offset
 
 
-def group_offsets(admin: Any, group: str, tps: list[Any]) -> dict[Any, int | None]:
-    """The committed offsets of ``group`` for ``tps`` (Faust ``TP``s), by one blocking admin request
-    over ``admin`` (a confluent-kafka ``AdminClient``). None: nothing committed; every one None when the
-    broker cannot say (a replay check then starts from the log start, which only widens it)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+def group_offsets(reader: Any, tps: list[Any]) -> dict[Any, int | None]:
+    """The committed offsets of ``reader``'s group for ``tps`` (Faust ``TP``s), by one blocking request.
 
-    req = ConsumerGroupTopicPartitions(group, [TopicPartition(tp.topic, tp.partition) for tp in tps])
-    try:
-        res = admin.list_consumer_group_offsets([req])[group].result(timeout=10)
-    except Exception:  # noqa: BLE001 - unknown
-        log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
-        return dict.fromkeys(tps)
-    got = {(r.topic, r.partition): r.offset for r in res.topic_partitions}
-    offsets = {tp: got.get((tp.topic, tp.partition), -1) for tp in tps}
-    return {tp: off if off >= 0 else None for tp, off in offsets.items()}
+    ``reader`` is a confluent-kafka ``Consumer`` with the group's ``group.id`` that never subscribes,
+    so it never joins the group. Not an ``AdminClient``: its ``list_consumer_group_offsets`` crashes
+    the process (librdkafka, a NULL consumer group) when the answer is ``NOT_COORDINATOR``, which
+    the broker gives while the group's coordinator moves (a broker lost or back). None: nothing
+    committed; every one None when the broker cannot say (a replay check then starts from the log
+    start, which only widens it)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+    for attempt in range(3):  # a coordinator that moved is found again within a second or two
+        try:
+            got = reader.committed([TopicPartition(tp.topic, tp.partition) for tp in tps], timeout=10)
+            break
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if attempt < 2 and isinstance(err, KafkaError) and err.code() in moving:
+                time.sleep(1.0)
+                continue
+            log.warning("cannot read the committed offsets of %s; assuming the log start: %s", tps, exc)
+            return dict.fromkeys(tps)
+        except Exception:  # noqa: BLE001 - unknown
+            log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
+            return dict.fromkeys(tps)
+    offsets = {(r.topic, r.partition): r.offset for r in got if r.error is None}
+    return {tp: off if (off := offsets.get((tp.topic, tp.partition), -1)) >= 0 else None for tp in tps}
 
 
 def log_starts(admin: Any, tps: list[Any]) -> dict[Any, int | None]:

@@ -146,6 +146,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "WARNING
     except SystemExit as exc:
         code = int(exc.code or 0)
     finally:
+        join.close_clients()
         for cb in on_stopped or []:
             cb()
     if code and worker.asked_to_stop and join.app.crashed:

@@ -5,9 +5,9 @@ The cluster is the project's own (``rewardflow kafka up --brokers 3``: KRaft, ev
 controller, replication 3, ``min.insync.replicas`` 2). rewardflow's topics get the same by default
 (its replication factor unset: the cluster's ``default.replication.factor``), with
 ``REWARDFLOW_TOPIC_MIN_INSYNC_REPLICAS=2``. While the workload
-flows, the broker that leads the most raw partitions is killed; its partitions' leadership moves
-to the followers, which hold every acknowledged record, and producers, the worker and the sink
-fail over. Afterwards ClickHouse must hold exactly what the pure core computes
+flows, the broker that coordinates the workers' group is killed; the group's coordinator and its
+partitions' leadership move to the others, which hold every acknowledged record, and producers,
+the worker and the sink fail over (the worker asks the new coordinator for the group's offsets). Afterwards ClickHouse must hold exactly what the pure core computes
 (:mod:`tests.fault.verify`).
 """
 
@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,6 +53,12 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p: m.leader for p, m in md.topics[topic].partitions.items()}
 
 
+def coordinator(bootstrap: str, group: str) -> int:
+    """The broker id of ``group``'s coordinator."""
+    admin = AdminClient({"bootstrap.servers": bootstrap}, logger=LIBRDKAFKA_LOG)
+    return int(admin.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id)
+
+
 def test_one_broker_of_three_killed_mid_stream_loses_and_duplicates_nothing(
         cluster: LocalCluster, deployment: Any, ch_db: Any, stack: contextlib.ExitStack, record_property: Any) -> None:
     d = deployment(cluster.bootstrap, topic_min_insync_replicas=2)
@@ -67,7 +72,7 @@ def test_one_broker_of_three_killed_mid_stream_loses_and_duplicates_nothing(
     chunks = workload.chunks(6)
     for chunk in chunks[:3]:
         sender.send(chunk)
-    victim_id = Counter(leaders(cluster.bootstrap, raw).values()).most_common(1)[0][0]
+    victim_id = coordinator(cluster.bootstrap, settings.topic("worker"))  # the group moves, and partitions with it
     victim = cluster.brokers[victim_id - 1]
     pid = victim.status().pid
     assert pid is not None

@@ -51,5 +51,8 @@ def test_group_offsets_are_the_commits_and_none_where_nothing_was_committed(
         c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
     finally:
         c.close()
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
-    assert group_offsets(admin, unique_group, [TP(topic, 0), TP(topic, 1)]) == {TP(topic, 0): 4, TP(topic, 1): None}
+    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_group, "enable.auto.commit": False})
+    try:
+        assert group_offsets(reader, [TP(topic, 0), TP(topic, 1)]) == {TP(topic, 0): 4, TP(topic, 1): None}
+    finally:
+        reader.close()
