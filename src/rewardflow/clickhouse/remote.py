@@ -24,9 +24,10 @@ registry (:class:`~.errors.WriteRefused`); 413 a body over the limit; 503
 with ``Retry-After`` when the endpoint runs as many queries as it may, 429 with
 ``Retry-After`` when the token runs as many as its share.
 
-Blocking: every call is synchronous HTTP with ``timeout`` seconds per socket
-operation; the ``/hello`` before each request ends within ``hello_timeout_s`` (30 s) in all. A 503 or 429 is retried after its ``Retry-After`` for up to ``busy_wait_s``
-in all, then raises :class:`~.errors.ReaderUnavailable`, as a refused connection does.
+Blocking: every call is synchronous HTTP with ``timeout`` seconds per socket operation; the
+``/hello`` before each request ends within ``hello_timeout_s`` (30 s) in all. A 503 or 429 is
+retried after its ``Retry-After`` for up to ``busy_wait_s`` in all, then raises
+:class:`~.errors.ReaderUnavailable`, as a refused connection does.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def endpoint_alive(url: str, timeout: float = 2.0, cafile: Path | None = None) -
 
 
 class RemoteReader:
-    """Reads through the owner's endpoint at ``url`` (``http(s)://host:port``) with a bearer ``token``."""
+    """Reads through the owner's endpoint at ``url`` (``http(s)://host:port``) with ``token``, signing each
+    request with it (a token not of the endpoint's form is sent as a bearer token)."""
 
     def __init__(self, url: str, *, token: str | None, database: str | None = None, timeout: float = 300.0,
                  cafile: Path | None = None, busy_wait_s: float = 10.0, hello_timeout_s: float = 30.0) -> None:

@@ -195,8 +195,12 @@ async def _admitted(service: ReadService, request: Request, limit: int) -> tuple
     found = service.tokens.signed(signed.token_id, request.url.path, signed.ts, signed.nonce, body, signed.sig)
     if found is None:
         return _unauthorized("the token is unknown or revoked, or the signature does not match the request")
-    refused = service.nonces.take(signed.nonce)
-    return _unauthorized(refused) if refused is not None else (found, body)
+    refused = service.nonces.take(signed.token_id, signed.nonce)
+    if refused is None:
+        return found, body
+    if refused[0] == 429:
+        return PlainTextResponse(refused[1], 429, headers={"Retry-After": "5"})
+    return _unauthorized(refused[1])
 
 
 def _bearer(service: ReadService, header: str) -> Grant | Response:

@@ -8,8 +8,8 @@ its time is within :data:`WINDOW_S` of the endpoint's clock, its signature is th
 a copy of a request (kept by a process that relayed it) is refused.
 
 Contract: pure but for the clock and the nonces kept; thread-safe; never blocks. At most
-``max_kept`` nonces are kept (each for twice the window); a signed request beyond that is refused
-until older ones expire, never taken without its replay check.
+``max_kept`` nonces a token are kept (each for twice the window); a signed request beyond that is
+refused (429) until older ones expire, never taken without its replay check.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ def parse(header: str) -> Signed | None:
 
 
 class Nonces:
-    """The nonces of the signed requests taken within the last two windows."""
+    """The nonces of the signed requests taken within the last two windows, per token."""
 
-    def __init__(self, window_s: float = WINDOW_S, max_kept: int = 100_000) -> None:
+    def __init__(self, window_s: float = WINDOW_S, max_kept: int = 50_000) -> None:
         self.window_s, self.max_kept = window_s, max_kept
-        self._kept: OrderedDict[str, float] = OrderedDict()  # nonce -> when it may be forgotten (monotonic)
+        self._kept: dict[str, OrderedDict[str, float]] = {}  # token id -> nonce -> when it may go (monotonic)
         self._lock = threading.Lock()
 
     def skew(self, ts: int) -> float | None:
@@ -63,19 +63,23 @@ class Nonces:
         off = ts - time.time()
         return off if abs(off) > self.window_s else None
 
-    def take(self, nonce: str) -> str | None:
-        """Remember ``nonce``; the reason it is refused (seen before, or too many kept), else None."""
+    def take(self, token_id: str, nonce: str) -> tuple[int, str] | None:
+        """Remember ``nonce`` of a request signed with token ``token_id``; None, or the status and reason
+        it is refused with: 401 seen before; 429 the token's ``max_kept`` requests within two windows
+        (each token has its own count, so no token can crowd out another's)."""
         now = time.monotonic()
         with self._lock:
-            kept = self._kept
+            kept = self._kept.setdefault(token_id, OrderedDict())
             while kept:
                 first, until = next(iter(kept.items()))
                 if until > now:
                     break
                 del kept[first]
             if nonce in kept:
-                return "this signed request was taken before (a copy is refused)"
+                return 401, "this signed request was taken before (a copy is refused)"
             if len(kept) >= self.max_kept:
-                return f"{len(kept)} signed requests within {2 * self.window_s:g} s; retry later"
+                return 429, f"this token signed {len(kept)} requests within {2 * self.window_s:g} s; retry later"
             kept[nonce] = now + 2 * self.window_s
+            for idle in [t for t, k in self._kept.items() if not k and t != token_id]:
+                del self._kept[idle]
         return None
