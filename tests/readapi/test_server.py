@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import pytest
 from rewardflow.clickhouse.errors import AccessDenied, QueryError, ReaderUnavailable
 from rewardflow.clickhouse.readers import CursorError
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
-from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive
+from rewardflow.clickhouse.remote import RemoteReader, endpoint_alive, request_signature, signed_text, token_proof
 from rewardflow.readapi.server import ReadServer
 from rewardflow.readapi.tokens import TokenStore, read_local_token
 from rewardflow.settings import Settings
@@ -661,7 +662,73 @@ def test_a_relay_between_reader_and_endpoint_never_holds_the_token_nor_a_request
     assert changed[0] == 401 and b"signature does not match" in changed[1]
     stale = send(body, re.sub(r"ts=[0-9]+", f"ts={int(time.time()) - 900}", auth))
     assert stale[0] == 401 and b"off this endpoint's clock" in stale[1]
+    retyped = urllib.request.Request(f"{server.url}{path}", data=body, method="POST",
+                                     headers={"Content-Type": "text/plain", "Authorization": auth})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(retyped, timeout=60)
+    assert refused.value.code == 401  # the content type is signed too
     assert post(f"{server.url}/query", b"SELECT 1", token)[0] == 200  # the token itself still works as a bearer
+
+
+def test_the_endpoints_proof_for_any_nonce_never_passes_for_a_request_signature(endpoint: Any) -> None:
+    """``/hello`` answers anyone, for any nonce, with a MAC made from the token: a request signature is made
+    under another key, so asking ``/hello`` to sign a request's text gives nothing that signs it."""
+    server, settings = endpoint
+    token = grant(settings, role="owner")
+    token_id = token.split("_")[1]
+    body = json.dumps({"action": "list", "database": None}).encode()
+    ts, nonce = int(time.time()), "ab" * 8
+    message = signed_text("/keys", ts, nonce, "x", body)  # (short: within what /hello would take)
+    assert len(message) <= 128
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    assert token_proof(digest, message) != request_signature(digest, "/keys", ts, nonce, "x", body)
+    status, answer, _ = post(f"{server.url}/hello", json.dumps({"token_id": token_id, "nonce": message}).encode(),
+                             ctype="application/json")
+    assert status == 400 and b"16 to 64 lowercase hex" in answer  # (a nonce is random hex, never such a text)
+    proof = token_proof(digest, message)  # what an endpoint that took it would have answered
+    forged = f"RF-HMAC-SHA256 id={token_id},ts={ts},nonce={nonce},sig={proof}"
+    req = urllib.request.Request(f"{server.url}/keys", data=body, method="POST",
+                                 headers={"Content-Type": "x", "Authorization": forged})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code == 401
+
+
+def test_a_busy_answer_gets_the_same_signed_request_again_never_a_new_one(endpoint: Any) -> None:
+    """A reader retries a 503 or 429 with the very request it sent: a process that answers "busy" to collect
+    signed copies collects one request, which the endpoint takes once."""
+    import http.server
+
+    server, settings = endpoint
+    token = grant(settings)
+    seen: list[str] = []
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/hello":  # passed on, so the reader believes it talks to the endpoint
+                answer = post(f"{server.url}/hello", body, ctype="application/json")[1]
+                self.send_response(200)
+            else:
+                seen.append(self.headers.get("Authorization", ""))
+                answer = b"busy"
+                self.send_response(503)
+                self.send_header("Retry-After", "0.5")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    busy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=busy.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ReaderUnavailable, match="busy"):
+            RemoteReader(f"http://127.0.0.1:{busy.server_address[1]}", token=token, busy_wait_s=2).query_arrow("SELECT 1")
+    finally:
+        busy.shutdown()
+    assert len(seen) >= 3 and len(set(seen)) == 1
 
 
 def test_the_endpoint_keeps_its_port_on_the_other_loopback_too(ch_db: ChDatabase) -> None:

@@ -26,16 +26,19 @@ def test_a_nonce_is_taken_once_and_the_window_bounds_the_time() -> None:
     assert nonces.skew(now) is None and nonces.skew(now - 59) is None
     skew = nonces.skew(now - 120)
     assert skew is not None and skew < -60
-    assert nonces.take("t1", "a") is None
-    assert nonces.take("t1", "a") == (401, "this signed request was taken before (a copy is refused)")
-    assert nonces.take("t1", "b") is None and nonces.take("t1", "c") is None
-    busy = nonces.take("t1", "d")  # full: refused, never taken unchecked
+    assert nonces.take("t1", "a", now) is None
+    assert nonces.take("t1", "a", now) == (401, "this signed request was taken before (a copy is refused)")
+    assert nonces.take("t1", "b", now) is None and nonces.take("t1", "c", now) is None
+    busy = nonces.take("t1", "d", now)  # full: refused, never taken unchecked
     assert busy is not None and busy[0] == 429 and "retry later" in busy[1]
-    assert nonces.take("t2", "d") is None  # another token has its own count
+    assert nonces.take("t2", "d", now) is None  # another token has its own count
 
 
-def test_nonces_are_forgotten_after_two_windows() -> None:
-    nonces = Nonces(window_s=0.05, max_kept=1)
-    assert nonces.take("t1", "a") is None
-    time.sleep(0.15)
-    assert nonces.take("t1", "b") is None  # "a" expired and made room
+def test_a_nonce_is_kept_while_its_request_could_still_be_taken() -> None:
+    nonces = Nonces(window_s=0.2, max_kept=1)
+    now = time.time()
+    assert nonces.take("t1", "a", int(now)) is None
+    time.sleep(0.1)
+    assert nonces.take("t1", "a", int(now)) is not None  # still within the window: a copy is refused
+    time.sleep(0.35)
+    assert nonces.take("t1", "b", int(time.time())) is None  # "a"'s request is past the window: it made room

@@ -57,6 +57,7 @@ from rewardflow.clickhouse.readers import CursorError
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
 
 SERVICE = "rewardflow-read"
+JSON_TYPE = "application/json"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 LOCAL_TOKEN_FILE = "read.token"
 """Under ``$REWARDFLOW_HOME``: the owner's token for readers of the same OS user (written by the endpoint)."""
@@ -83,19 +84,31 @@ SIGNED = "RF-HMAC-SHA256"
 nonce=<hex>,sig=<hex>`` (:func:`request_signature`)."""
 
 
-def request_signature(token_sha256: str, route: str, ts: int, nonce: str, body: bytes) -> str:
-    """What a signed request carries instead of its token: HMAC-SHA256, keyed by the token's SHA-256
-    (hex), of the scheme, the route (``/query``), the time, a nonce and the body's SHA-256. Whoever sees
-    it (a process that relays the reader's requests) learns nothing of the token and cannot use it
-    for another request; the endpoint refuses it a second time."""
-    message = f"{SIGNED}\n{route}\n{ts}\n{nonce}\n{hashlib.sha256(body).hexdigest()}"
-    return hmac.new(token_sha256.encode(), message.encode(), hashlib.sha256).hexdigest()
+def _key(token_sha256: str, purpose: str) -> bytes:
+    """A key of its own for each use of a token's SHA-256 (hex): what one use computes never passes for
+    another's (a ``/hello`` proof, which the endpoint gives anyone for any nonce, is no request signature)."""
+    return hmac.new(token_sha256.encode(), f"rewardflow {purpose}".encode(), hashlib.sha256).digest()
+
+
+def signed_text(route: str, ts: int, nonce: str, content_type: str, body: bytes) -> str:
+    """What a request signature covers: the scheme, the route (``/query``), the time, a nonce, the
+    content type and the body's SHA-256, a line each."""
+    return f"{SIGNED}\n{route}\n{ts}\n{nonce}\n{content_type}\n{hashlib.sha256(body).hexdigest()}"
+
+
+def request_signature(token_sha256: str, route: str, ts: int, nonce: str, content_type: str, body: bytes) -> str:
+    """What a signed request carries instead of its token: HMAC-SHA256 of :func:`signed_text` under the
+    token's signing key (:func:`_key`). Whoever sees it (a process that relays the reader's requests)
+    learns nothing of the token and cannot use it for another request; the endpoint takes it once."""
+    message = signed_text(route, ts, nonce, content_type, body)
+    return hmac.new(_key(token_sha256, "request signature"), message.encode(), hashlib.sha256).hexdigest()
 
 
 def token_proof(token_sha256: str, nonce: str) -> str:
-    """The endpoint's proof that it keeps a token: HMAC-SHA256 of ``nonce`` keyed by the token's SHA-256
-    (hex). The token store keeps that digest, and only the token's holder can compute it otherwise."""
-    return hmac.new(token_sha256.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+    """The endpoint's proof that it keeps a token: HMAC-SHA256 of ``nonce`` under the token's proof key
+    (:func:`_key`, from its SHA-256, hex). The token store keeps that digest, and only the token's
+    holder can compute it otherwise."""
+    return hmac.new(_key(token_sha256, "endpoint proof"), nonce.encode(), hashlib.sha256).hexdigest()
 
 
 def endpoint_alive(url: str, timeout: float = 2.0, cafile: Path | None = None) -> bool:
@@ -147,16 +160,16 @@ class RemoteReader:
             raise AccessDenied(f"{self.url} did not prove it is the read endpoint that keeps this token (revoked, "
                                "another process on its port, or another home's endpoint); the token was not sent")
 
-    def _authorization(self, route: str, body: bytes) -> str:
-        """The ``Authorization`` of one attempt of a request: signed (:func:`request_signature`, a fresh
-        nonce each attempt) for a token of the endpoint's form, which then never leaves the reader; the
-        bearer token otherwise (the endpoint refuses it, having no such token)."""
+    def _authorization(self, route: str, content_type: str, body: bytes) -> str:
+        """The ``Authorization`` of one request, kept for its retries: signed (:func:`request_signature`)
+        for a token of the endpoint's form, which then never leaves the reader; the bearer token otherwise
+        (the endpoint refuses it, having no such token)."""
         token = self.token or ""
         match = _TOKEN_ID.match(token)
         if match is None:
             return f"Bearer {token}"
         ts, nonce = int(time.time()), secrets.token_hex(16)
-        sig = request_signature(hashlib.sha256(token.encode()).hexdigest(), route, ts, nonce, body)
+        sig = request_signature(hashlib.sha256(token.encode()).hexdigest(), route, ts, nonce, content_type, body)
         return f"{SIGNED} id={match.group(1)},ts={ts},nonce={nonce},sig={sig}"
 
     def _hello(self, body: bytes) -> bytes | None:
@@ -193,12 +206,13 @@ class RemoteReader:
     def _post(self, path: str, body: Mapping[str, Any]) -> IO[bytes]:
         data = json.dumps({**body, "database": self.database}).encode()
         req = urllib.request.Request(f"{self.url}{path}", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": JSON_TYPE})
+        if self.token:  # (one signature for every attempt: the endpoint takes the request once, whoever resends it)
+            req.add_header("Authorization", self._authorization(path, JSON_TYPE, data))
         give_up = time.monotonic() + self.busy_wait_s
         while True:
             if self.token:
                 self._prove(self.token)
-                req.add_header("Authorization", self._authorization(path, data))
             try:
                 resp: IO[bytes] = self._open(req, timeout=self.timeout)
                 return resp

@@ -20,6 +20,7 @@ routes never raise to the server (every failure is a status with a one-line body
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import orjson
@@ -36,6 +37,7 @@ from rewardflow.readapi.stream import stream_query
 from rewardflow.readapi.tokens import Grant
 
 _MAX_PARAMETERS = 256
+_NONCE = re.compile(r"[0-9a-f]{16,64}")
 
 
 def create_app(service: ReadService) -> FastAPI:
@@ -54,14 +56,16 @@ def create_app(service: ReadService) -> FastAPI:
             return body
         try:
             doc = orjson.loads(body)
-            token_id, nonce = str(doc["token_id"])[:64], str(doc["nonce"])[:128]
+            token_id, nonce = str(doc["token_id"])[:64], str(doc["nonce"])
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return PlainTextResponse('the body must be {"token_id": "...", "nonce": "..."}', 400)
+        if _NONCE.fullmatch(nonce) is None:  # (a reader's: random hex; never a text of another MAC's form)
+            return PlainTextResponse("the nonce must be 16 to 64 lowercase hex characters", 400)
         return JSONResponse({"service": SERVICE, "proof": service.tokens.proof(token_id, nonce)})
 
     @app.post("/query")
     async def query(request: Request) -> Response:
-        admitted = await _admitted(service, request, limit)
+        admitted = await _admitted(service, request, limit, take=False)
         if isinstance(admitted, Response):
             return admitted
         try:
@@ -71,7 +75,11 @@ def create_app(service: ReadService) -> FastAPI:
         token_id = admitted[0].token_id
         busy = service.take_slot(token_id)
         if busy is not None:
-            return busy
+            return busy  # (a signed request's nonce is not taken: the reader sends the same request again)
+        refused = _take(service, admitted[2])
+        if refused is not None:
+            service.give_slot(token_id)
+            return refused
         return await stream_query(service, request, token_id, database, sql, parameters)
 
     @app.post("/cursor")
@@ -79,7 +87,7 @@ def create_app(service: ReadService) -> FastAPI:
         admitted = await _admitted(service, request, limit)
         if isinstance(admitted, Response):
             return admitted
-        grant, body = admitted
+        grant, body, _ = admitted
         try:
             doc = orjson.loads(body)
             trainer, position, rows, filters = str(doc["trainer"]), int(doc["cursor"]), int(doc["rows"]), str(doc["filters"])
@@ -102,7 +110,7 @@ def create_app(service: ReadService) -> FastAPI:
         admitted = await _admitted(service, request, limit)
         if isinstance(admitted, Response):
             return admitted
-        grant, body = admitted
+        grant, body, _ = admitted
         if grant.role != "owner":
             return PlainTextResponse("forbidden: ingestion keys are managed with the owner's token", 403)
         try:
@@ -121,7 +129,7 @@ def create_app(service: ReadService) -> FastAPI:
         admitted = await _admitted(service, request, limit)
         if isinstance(admitted, Response):
             return admitted
-        grant, body = admitted
+        grant, body, _ = admitted
         if grant.role != "owner":
             return PlainTextResponse("forbidden: checkpoints are registered with the owner's token", 403)
         try:
@@ -175,9 +183,12 @@ def _manage_keys(service: ReadService, doc: dict[str, Any]) -> Any:
         client.close()
 
 
-async def _admitted(service: ReadService, request: Request, limit: int) -> tuple[Grant, bytes] | Response:
-    """The request's grant and body, or the response refusing it: 401 (before the body is read, but for
-    a signature, which covers the body), 413."""
+async def _admitted(service: ReadService, request: Request, limit: int,
+                    take: bool = True) -> tuple[Grant, bytes, signing.Signed | None] | Response:
+    """The request's grant, body and signature (None for a bearer token), or the response refusing it:
+    401 (before the body is read, but for a signature, which covers the body), 413. A signed request's
+    nonce is taken here unless ``take`` is false; then the caller takes it (:func:`_take`) once nothing
+    can refuse the request for being busy, which the reader retries with the same signature."""
     header = request.headers.get("authorization", "")
     signed = signing.parse(header)
     if signed is None:
@@ -185,19 +196,28 @@ async def _admitted(service: ReadService, request: Request, limit: int) -> tuple
         if isinstance(grant, Response):
             return grant
         body = await _body(request, limit)
-        return body if isinstance(body, Response) else (grant, body)
+        return body if isinstance(body, Response) else (grant, body, None)
     if (off := service.nonces.skew(signed.ts)) is not None:
         return _unauthorized(f"the request's time is {off:+.0f} s off this endpoint's clock (at most "
                              f"{service.nonces.window_s:g} s): check the reader's clock")
     body = await _body(request, limit)
     if isinstance(body, Response):
         return body
-    found = service.tokens.signed(signed.token_id, request.url.path, signed.ts, signed.nonce, body, signed.sig)
+    found = service.tokens.signed(signed.token_id, request.url.path, signed.ts, signed.nonce,
+                                  request.headers.get("content-type", ""), body, signed.sig)
     if found is None:
         return _unauthorized("the token is unknown or revoked, or the signature does not match the request")
-    refused = service.nonces.take(signed.token_id, signed.nonce)
+    refused = _take(service, signed) if take else None
+    return refused if refused is not None else (found, body, signed)
+
+
+def _take(service: ReadService, signed: signing.Signed | None) -> Response | None:
+    """Take a signed request's nonce: None, or the response refusing a copy (401) or a token over its count (429)."""
+    if signed is None:
+        return None
+    refused = service.nonces.take(signed.token_id, signed.nonce, signed.ts)
     if refused is None:
-        return found, body
+        return None
     if refused[0] == 429:
         return PlainTextResponse(refused[1], 429, headers={"Retry-After": "5"})
     return _unauthorized(refused[1])

@@ -8,8 +8,8 @@ its time is within :data:`WINDOW_S` of the endpoint's clock, its signature is th
 a copy of a request (kept by a process that relayed it) is refused.
 
 Contract: pure but for the clock and the nonces kept; thread-safe; never blocks. At most
-``max_kept`` nonces a token are kept (each for twice the window); a signed request beyond that is
-refused (429) until older ones expire, never taken without its replay check.
+``max_kept`` nonces a token are kept (each until its request's time is past the window); a signed
+request beyond that is refused (429) until older ones expire, never taken without its replay check.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Nonces:
 
     def __init__(self, window_s: float = WINDOW_S, max_kept: int = 50_000) -> None:
         self.window_s, self.max_kept = window_s, max_kept
-        self._kept: dict[str, OrderedDict[str, float]] = {}  # token id -> nonce -> when it may go (monotonic)
+        self._kept: dict[str, OrderedDict[str, float]] = {}  # token id -> nonce -> when it may go (wall clock)
         self._lock = threading.Lock()
 
     def skew(self, ts: int) -> float | None:
@@ -63,11 +63,12 @@ class Nonces:
         off = ts - time.time()
         return off if abs(off) > self.window_s else None
 
-    def take(self, token_id: str, nonce: str) -> tuple[int, str] | None:
-        """Remember ``nonce`` of a request signed with token ``token_id``; None, or the status and reason
-        it is refused with: 401 seen before; 429 the token's ``max_kept`` requests within two windows
-        (each token has its own count, so no token can crowd out another's)."""
-        now = time.monotonic()
+    def take(self, token_id: str, nonce: str, ts: int) -> tuple[int, str] | None:
+        """Remember ``nonce`` of a request signed with token ``token_id`` at ``ts``; None, or the status and
+        reason it is refused with: 401 seen before; 429 the token's ``max_kept`` requests within the window
+        (each token has its own count). A nonce is kept until its request's time is past the window by
+        the wall clock, the clock :meth:`skew` judges by, so no clock step makes a copy acceptable again."""
+        now = time.time()
         with self._lock:
             kept = self._kept.setdefault(token_id, OrderedDict())
             while kept:
@@ -79,7 +80,7 @@ class Nonces:
                 return 401, "this signed request was taken before (a copy is refused)"
             if len(kept) >= self.max_kept:
                 return 429, f"this token signed {len(kept)} requests within {2 * self.window_s:g} s; retry later"
-            kept[nonce] = now + 2 * self.window_s
+            kept[nonce] = max(ts, now) + self.window_s
             for idle in [t for t, k in self._kept.items() if not k and t != token_id]:
                 del self._kept[idle]
         return None

@@ -97,21 +97,23 @@ class TokenStore:
 
     def proof(self, token_id: str, nonce: str) -> str | None:
         """What proves to a client holding token ``token_id`` that this store keeps it: the HMAC-SHA256 of
-        ``nonce`` keyed by the token's SHA-256 (:func:`~rewardflow.clickhouse.remote.token_proof`), which only the token's holder and this
-        file's owner can compute. None for an unknown or revoked id."""
+        ``nonce`` under a key derived from the token's SHA-256 (:func:`~rewardflow.clickhouse.remote.token_proof`;
+        never the key requests are signed with), which only the token's holder and this file's owner can
+        compute. None for an unknown or revoked id."""
         entry = self._load().get(token_id)
         if entry is None or entry[0].revoked_at is not None:
             return None
         return token_proof(entry[1], nonce)
 
-    def signed(self, token_id: str, route: str, ts: int, nonce: str, body: bytes, sig: str) -> Grant | None:
+    def signed(self, token_id: str, route: str, ts: int, nonce: str, content_type: str, body: bytes,
+               sig: str) -> Grant | None:
         """The grant of an unrevoked token ``token_id`` whose holder signed this request (``sig`` is
         :func:`~rewardflow.clickhouse.remote.request_signature` of it), else None (constant time in the
         signature). The caller checks the time and that the nonce is new."""
         entry = self._load().get(token_id)
         if entry is None or entry[0].revoked_at is not None:
             return None
-        want = request_signature(entry[1], route, ts, nonce, body)
+        want = request_signature(entry[1], route, ts, nonce, content_type, body)
         return entry[0] if hmac.compare_digest(want, sig) else None
 
     def list(self) -> list[Grant]:
