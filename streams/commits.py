@@ -95,23 +95,20 @@ def group_offsets(reader: Any, tps: list[Any]) -> dict[Any, int | None]:
     the broker gives while the group's coordinator moves (a broker lost or back). None: nothing
     committed; every one None when the broker cannot say (a replay check then starts from the log
     start, which only widens it)."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
-    for attempt in range(3):  # a coordinator that moved is found again within a second or two
-        try:
-            got = reader.committed([TopicPartition(tp.topic, tp.partition) for tp in tps], timeout=10)
-            break
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if attempt < 2 and isinstance(err, KafkaError) and err.code() in moving:
-                time.sleep(1.0)
-                continue
-            log.warning("cannot read the committed offsets of %s; assuming the log start: %s", tps, exc)
-            return dict.fromkeys(tps)
-        except Exception:  # noqa: BLE001 - unknown
-            log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
-            return dict.fromkeys(tps)
+    from rewardflow.kafka.lag import until
+
+    parts = [TopicPartition(tp.topic, tp.partition) for tp in tps]
+    deadline = time.monotonic() + 10  # (a coordinator that moved is found again within a second or two)
+    try:
+        got = until(deadline, lambda: reader.committed(parts, timeout=max(0.1, deadline - time.monotonic())))
+    except KafkaException as exc:
+        log.warning("cannot read the committed offsets of %s; assuming the log start: %s", tps, exc)
+        return dict.fromkeys(tps)
+    except Exception:  # noqa: BLE001 - unknown
+        log.warning("cannot read the committed offsets of %s; assuming the log start", tps, exc_info=True)
+        return dict.fromkeys(tps)
     offsets = {(r.topic, r.partition): r.offset for r in got if r.error is None}
     return {tp: off if (off := offsets.get((tp.topic, tp.partition), -1)) >= 0 else None for tp in tps}
 

@@ -85,33 +85,34 @@ class TokenStore:
             self._seen = (st.st_mtime, st.st_size)
         return self._grants
 
+    def _unrevoked(self, token_id: str) -> tuple[Grant, str] | None:
+        """The grant of token ``token_id`` and the token's SHA-256, unless it is unknown or revoked."""
+        entry = self._load().get(token_id)
+        return None if entry is None or entry[0].revoked_at is not None else entry
+
     def verify(self, token: str) -> Grant | None:
         """The grant of a valid, unrevoked ``token``, else None (constant time in the secret)."""
         match = _TOKEN.match(token)
-        if match is None:
-            return None
-        entry = self._load().get(match.group(1))
+        entry = None if match is None else self._unrevoked(match.group(1))
         if entry is None or not hmac.compare_digest(entry[1], _digest(token)):
             return None
-        return entry[0] if entry[0].revoked_at is None else None
+        return entry[0]
 
     def proof(self, token_id: str, nonce: str) -> str | None:
         """What proves to a client holding token ``token_id`` that this store keeps it: the HMAC-SHA256 of
         ``nonce`` under a key derived from the token's SHA-256 (:func:`~rewardflow.clickhouse.remote.token_proof`;
         never the key requests are signed with), which only the token's holder and this file's owner can
         compute. None for an unknown or revoked id."""
-        entry = self._load().get(token_id)
-        if entry is None or entry[0].revoked_at is not None:
-            return None
-        return token_proof(entry[1], nonce)
+        entry = self._unrevoked(token_id)
+        return None if entry is None else token_proof(entry[1], nonce)
 
     def signed(self, token_id: str, route: str, ts: int, nonce: str, content_type: str, body: bytes,
                sig: str) -> Grant | None:
         """The grant of an unrevoked token ``token_id`` whose holder signed this request (``sig`` is
         :func:`~rewardflow.clickhouse.remote.request_signature` of it), else None (constant time in the
         signature). The caller checks the time and that the nonce is new."""
-        entry = self._load().get(token_id)
-        if entry is None or entry[0].revoked_at is not None:
+        entry = self._unrevoked(token_id)
+        if entry is None:
             return None
         want = request_signature(entry[1], route, ts, nonce, content_type, body)
         return entry[0] if hmac.compare_digest(want, sig) else None

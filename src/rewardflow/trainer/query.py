@@ -87,11 +87,6 @@ def spec_known_sql(version: str) -> tuple[str, dict[str, Any]]:
     return sql, {"v": version}
 
 
-def registered_specs_sql() -> str:
-    """The registered reward spec versions, in order."""
-    return "SELECT DISTINCT version FROM reward_specs ORDER BY version"
-
-
 def count_sql(filters: Mapping[str, Any], after: int) -> tuple[str, dict[str, Any]]:
     """How many rows an export after ``after`` would return (for progress bars)."""
     cond, params = where_clause(filters)

@@ -64,8 +64,8 @@ from rewardflow.lineage.columns import LineageColumns, lineage_schema
 from rewardflow.lineage.registry import Registry
 from rewardflow.lineage.store import load_registry
 from rewardflow.settings import Settings, load_settings
-from rewardflow.trainer.query import (count_sql, cursor_of, horizon_sql, registered_specs_sql, rewards_sql, spec_known_sql,
-                                      spec_versions_sql)
+from rewardflow.rewards.registry import LEDGER_QUERY
+from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql, spec_known_sql, spec_versions_sql
 
 
 class UnknownSpecVersion(ValueError):
@@ -143,7 +143,7 @@ class RewardReader:
         version = str(self.filters["spec_version"])
         sql, params = spec_known_sql(version)
         if self._reader.query_arrow(sql, params).num_rows == 0:
-            known = [str(v) for v in self._reader.query_arrow(registered_specs_sql()).column(0).to_pylist()]
+            known = sorted({str(v) for v in self._reader.query_arrow(LEDGER_QUERY).column("version").to_pylist()})
             raise UnknownSpecVersion(
                 f"spec_version {version!r} is not a registered reward spec and scored no stored row "
                 f"(registered: {', '.join(known) or 'none'}); nothing was read and no cursor moved")
