@@ -4,6 +4,7 @@ clock correction and redaction."""
 from __future__ import annotations
 
 import gzip
+import re
 from typing import Any
 
 import orjson
@@ -127,6 +128,74 @@ def test_secrets_in_follow_up_text_are_scrubbed_and_counted() -> None:
                                   "see https://github.com/org/repo/pull/1234"])
 def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact(text) == (text, {})
+
+
+def _redacted_tokens(text: str) -> set[tuple[int, int]]:
+    """The tokens a plain scan redacts: every token holding the start of an occurrence of a value a
+    plugin reports, or that the entropy rule finds."""
+    from rewardflow.collector.redact import _TOKEN, _kind_of, _lines, _plugins
+
+    tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    out = set()
+    for line_start, line in _lines(text):
+        for plugin in _plugins():
+            for secret in plugin.analyze_line(filename="text", line=line, line_number=0, context=None):
+                value = secret.secret_value or ""
+                at = [line_start + i for i in range(len(line)) if value and line.startswith(value, i)]
+                out |= {(s, e) for s, e in tokens for a in at if s <= a < e}
+    return out | {(s, e) for s, e in tokens if _kind_of(text[s:e])}
+
+
+@pytest.mark.parametrize("text", [
+    'password="a" ' + "a " * 300,
+    'token = "hunter2" and hunter2again, xhunter2 hunter2\npassword: hunter2 ' + SECRETS[0] + " " + SECRETS[0],
+    " ".join(f'password="{"b" * k}"' for k in range(1, 30)) + " " + "bbbbbbbb " * 50,
+])
+def test_redaction_replaces_exactly_the_tokens_a_plain_scan_finds(text: str) -> None:
+    expected = _redacted_tokens(text)
+    scrubbed, counts = redact(text)
+    assert expected and sum(counts.values()) == len(expected)
+    pieces, last = [], 0
+    for s, e in sorted(expected):
+        pieces += [text[last:s], "\0"]
+        last = e
+    pattern = "".join(pieces) + text[last:]
+    assert scrubbed.count("[REDACTED:") == len(expected)
+    assert re.sub(r"\[REDACTED:[^\]]+\]", "\0", scrubbed) == pattern
+
+
+def test_redaction_looks_each_occurrence_up_once_not_across_every_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-character secret repeated in every token of a long text: each occurrence costs one lookup
+    (a scan of every token for each occurrence held the edge's loop for seconds)."""
+    import rewardflow.collector.redact as module
+
+    calls = []
+    real = module.bisect_right
+    monkeypatch.setattr(module, "bisect_right", lambda a, x: calls.append(x) or real(a, x))
+    text = 'password="a" ' + "a " * 8_185
+    scrubbed, counts = redact(text, 16_384)
+    tokens = len(text.split())
+    assert counts["Secret Keyword"] == tokens and len(calls) <= tokens + 1
+    assert len(scrubbed) == 16_384 and "a a" not in scrubbed
+
+
+def test_a_text_that_redaction_makes_longer_than_its_limit_is_cut_to_it_and_still_valid() -> None:
+    """Markers can be longer than the tokens they replace: a follow-up within the schema's 16,384
+    characters stays within them once scrubbed (else the edge would answer 202 for an event the
+    worker dead-letters)."""
+    from rewardflow.collector.redact import CUT
+
+    text = ('my config has password="hunter2" ' + "The build fails on CI after your change. " * 500)[:16_380]
+    out = _admit(_doc([ev("FollowUp", "r1", text_redacted=text, dissatisfied=True)]))
+    assert not out.rejected
+    scrubbed = out.sessions["s1"][0]["text_redacted"]
+    assert len(scrubbed) == 16_384 and scrubbed.endswith(CUT) and "hunter2" not in scrubbed
+    assert out.redacted["cut"] == 1 and out.redacted["Secret Keyword"] == 1
+    from rewardflow.events.validate import validate_event
+
+    validate_event(out.sessions["s1"][0])  # the worker takes it
+    short = "password=hunter2 is in my config"
+    assert redact(short, 16_384)[1]["cut"] == 0
 
 
 def test_a_key_created_just_after_a_reload_is_found_on_its_first_use() -> None:

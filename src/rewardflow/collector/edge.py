@@ -31,10 +31,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from rewardflow.collector.redact import redact
 from rewardflow.events.errors import InvalidEvent
-from rewardflow.events.models import Envelope
-from rewardflow.events.validate import shown, validate_event
+from rewardflow.events.models import Envelope, FollowUp
+from rewardflow.events.validate import max_length, shown, validate_event
 
 _EPOCH_MS: TypeAdapter[int] = TypeAdapter(Annotated[int, *Envelope.model_fields["ts"].metadata])  # the schema's ts rule
+_TEXT_MAX = max_length(FollowUp, "text_redacted")  # a scrubbed text stays within the schema's limit
 
 
 def _epoch_ms(value: Any) -> bool:
@@ -161,6 +162,6 @@ def _admit_one(raw: Any, i: int, org_id: str, offset: int, redacted: Counter[str
         event["client_ts"], event["ts"] = event["ts"], corrected
     text = event.get("text_redacted")
     if isinstance(text, str) and text:
-        event["text_redacted"], found = redact(text)
+        event["text_redacted"], found = redact(text, _TEXT_MAX)
         redacted.update(found)
     return event

@@ -94,7 +94,8 @@ class EdgeMetrics:
         self.requests = Counter("rewardflow_collect_requests", "Requests by status.", ["status"], registry=self.registry)
         self.events = Counter("rewardflow_collect_events", "Events by outcome (accepted, or the reason refused).",
                               ["outcome"], registry=self.registry)
-        self.redacted = Counter("rewardflow_collect_redacted", "Secret-looking tokens scrubbed from free text, by kind.",
+        self.redacted = Counter("rewardflow_collect_redacted", "Secret-looking tokens scrubbed from free text, by kind "
+                                "(kind cut: texts cut to their schema limit once scrubbed).",
                                 ["kind"], registry=self.registry)
         self.spans = Counter("rewardflow_collect_spans", "OTLP spans by outcome (mapped, or the reason not).",
                              ["outcome"], registry=self.registry)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -42,6 +42,19 @@ def shown(value: Any, limit: int) -> str:
     if value is None or isinstance(value, bool | float) or (isinstance(value, int) and value.bit_length() <= 64):
         return str(value)[:limit]
     return f"<{type(value).__name__}>"[:limit]
+
+
+def max_length(model: type[Envelope], name: str) -> int | None:
+    """The schema's ``maxLength`` of string field ``name`` of ``model`` (optional or not), or None."""
+    pending: list[Any] = [model.model_fields[name]]
+    while pending:
+        item = pending.pop()
+        found = getattr(item, "max_length", None)
+        if isinstance(found, int):
+            return found
+        pending += getattr(item, "metadata", None) or getattr(item, "__metadata__", None) or ()
+        pending += get_args(getattr(item, "annotation", None) or item) if not isinstance(item, type) else ()
+    return None
 
 
 def _field_of(err: dict[str, Any]) -> str:
