@@ -126,6 +126,8 @@ class Settings(BaseSettings):
     collect_max_spans: int = Field(2048, ge=1, le=100_000, description="Spans one OTLP export (POST /v1/traces) may carry; more gets 413.")
     collect_rate_events_per_s: float = Field(5_000.0, gt=0, description="Events per second one key may send (token bucket); more gets 429 with Retry-After.")
     collect_rate_burst: int = Field(20_000, ge=1, description="Events a key may send at once before its rate applies.")
+    collect_rate_text_chars_per_s: float = Field(131_072.0, gt=0, description="Characters of free text (FollowUp.text_redacted) per second one key may send (token bucket): scrubbing secrets costs the edge about 2 µs of CPU a character, so this bounds the share of the edge one key can take; more gets 429 with Retry-After.")
+    collect_rate_text_burst: int = Field(1_048_576, ge=16_384, description="Characters of free text a key may send at once before its text rate applies; a request carrying more gets 413.")
     collect_new_sessions_per_s: float = Field(5.0, gt=0, description="New sessions per second one key may open (token bucket; a session is new unless among the key's last 50,000); a request opening more gets 429 with Retry-After.")
     collect_new_sessions_burst: int = Field(1_000, ge=1, description="New sessions a key may open at once before its session rate applies.")
     collect_ack_timeout_s: float = Field(10.0, gt=0, le=300, description="How long a request waits for Kafka's acknowledgement before it gets 503 with Retry-After.")

@@ -81,6 +81,59 @@ def test_a_key_opening_sessions_faster_than_its_session_rate_gets_429(kafka_brok
     assert sorted(e["request_id"] for e in _produced(settings)) == ["r0", "r1", "r2", "r3", "r4", "r9"]
 
 
+def test_a_key_sending_free_text_faster_than_its_text_rate_gets_429_and_another_key_does_not(
+        kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str) -> None:
+    settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
+                              collect_rate_text_chars_per_s=1.0, collect_rate_text_burst=20_000)
+    ensure_topics(settings)
+    keys = IngestKeys(ch_db.client)
+    (_, greedy), (_, other) = keys.create("org", "greedy"), keys.create("org", "other")
+    text = "the fix broke the build again " * 500  # 15,000 characters
+    with Collector(settings, keys_from_client(ch_db.client), port=0) as collector:
+        assert post_events(collector.url, greedy, [ev("FollowUp", "r1", text_redacted=text)])[0] == 202
+        status, body, headers = post_events(collector.url, greedy, [ev("FollowUp", "r2", text_redacted=text)])
+        assert status == 429 and "REWARDFLOW_COLLECT_RATE_TEXT_CHARS_PER_S" in body["error"]
+        assert int(headers["retry-after"]) >= 1
+        assert post_events(collector.url, greedy, [ev("FollowUp", "r3")])[0] == 202  # events without text pass
+        assert post_events(collector.url, other, [ev("FollowUp", "r4", text_redacted=text)])[0] == 202
+        status, body, _ = post_events(collector.url, other, [ev("FollowUp", f"r{i}", text_redacted=text) for i in (5, 6)])
+        assert status == 413 and "REWARDFLOW_COLLECT_RATE_TEXT_BURST" in body["error"]
+    assert sorted(e["request_id"] for e in _produced(settings)) == ["r1", "r3", "r4"]
+
+
+def test_the_edge_serves_others_while_a_request_is_judged(edge: Edge, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Judging a request (validation, scrubbing its text) runs off the edge's event loop: while one
+    request's judgement is held, /healthz and another key's request are answered."""
+    import threading
+    import urllib.request
+
+    import rewardflow.collector.app as app
+
+    held, release = threading.Event(), threading.Event()
+    real = app.admit
+
+    def slow_admit(doc: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if any(e.get("request_id") == "held" for e in doc["events"]):
+            held.set()
+            release.wait(30)
+        return real(doc, *args, **kwargs)
+
+    monkeypatch.setattr(app, "admit", slow_admit)
+    answers: list[int] = []
+    first = threading.Thread(target=lambda: answers.append(post_events(edge.url, edge.key, [ev("FollowUp", "held")])[0]))
+    first.start()
+    try:
+        assert held.wait(10)
+        with urllib.request.urlopen(f"{edge.url}/healthz", timeout=10) as resp:
+            assert resp.status == 200
+        assert post_events(edge.url, edge.key, [ev("FollowUp", "other")], timeout=10)[0] == 202
+        assert answers == []
+    finally:
+        release.set()
+        first.join(30)
+    assert answers == [202]
+
+
 def test_a_revoked_key_stops_working_within_seconds(edge: Edge) -> None:
     assert post_events(edge.url, edge.key, [ev("FollowUp", "r1")])[0] == 202
     key_id = edge.key.split("_")[1]

@@ -3,8 +3,8 @@
 ``POST /v1/events`` with ``Authorization: Bearer rfk_…``:
 
 * 401 no key, unknown or revoked key; 403 an event of another org; 413 body or event count over
-  the limits; 415 an encoding other than gzip; 400 a malformed body; 429 the key's rate is spent
-  (``Retry-After``); 503 Kafka did not acknowledge (``Retry-After``; retry with the same event ids).
+  the limits; 415 an encoding other than gzip; 400 a malformed body; 429 the key's rate (of events, new
+  sessions or free text) is spent (``Retry-After``); 503 Kafka did not acknowledge (``Retry-After``; retry with the same event ids).
 * 202 ``{"accepted": n, "rejected": [{"index", "field", "reason"}…]}`` once Kafka acknowledged every
   accepted event; rejected events are not produced, the valid ones of the same request are.
 * Every refusal's body is ``{"error": "<why>"}``.
@@ -32,7 +32,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from rewardflow.collector.edge import EVENTS_SHAPE, Admitted, Refused, admit, decode_json, inflate
+from rewardflow.collector.edge import EVENTS_SHAPE, Admitted, Refused, admit, decode_json, free_text_chars, inflate
 from rewardflow.collector.kafka import AckingProducer, KafkaUnavailable
 from rewardflow.collector.keys import KeyCache
 from rewardflow.collector.limits import EdgeMetrics, RateLimiter, SessionGate, contract_field, retry_after
@@ -69,6 +69,7 @@ class Ingest:
     def __init__(self, settings: Settings, keys: KeyCache, producer: AckingProducer, metrics: EdgeMetrics) -> None:
         self.settings, self.keys, self.producer, self.metrics = settings, keys, producer, metrics
         self.limiter = RateLimiter(settings.collect_rate_events_per_s, settings.collect_rate_burst)
+        self.text_limiter = RateLimiter(settings.collect_rate_text_chars_per_s, settings.collect_rate_text_burst)
         self.session_gate = SessionGate(settings.collect_new_sessions_per_s, settings.collect_new_sessions_burst)
 
     def refuse(self, status: int, message: str, headers: dict[str, str] | None = None,
@@ -118,6 +119,24 @@ class Ingest:
         return self.refuse(429, f"key {key_id} is over its rate of {self.settings.collect_rate_events_per_s:g} events/s",
                            {"Retry-After": retry_after(wait)}, n, "rate_limited")
 
+    def admit_text(self, key_id: str, events: list[Any]) -> Answer | None:
+        """Take the request's free text from the key's text rate; its 413 over the burst, its 429 when spent.
+        Scrubbing is the edge's costliest step, so what one key sends of it is bounded apart from its events."""
+        chars = free_text_chars(events)
+        if not chars:
+            return None
+        s = self.settings
+        if chars > s.collect_rate_text_burst:
+            return self.refuse(413, f"{chars:,} characters of free text in one request; at most "
+                                    f"{s.collect_rate_text_burst:,} (REWARDFLOW_COLLECT_RATE_TEXT_BURST)",
+                               events=len(events), reason="text_too_large")
+        wait = self.text_limiter.take(key_id, chars)
+        if not wait:
+            return None
+        return self.refuse(429, f"key {key_id} is over its rate of {s.collect_rate_text_chars_per_s:g} characters of "
+                                "free text a second (REWARDFLOW_COLLECT_RATE_TEXT_CHARS_PER_S); nothing was accepted",
+                           {"Retry-After": retry_after(wait)}, len(events), "text_rate_limited")
+
     async def produce(self, key_id: str, judged: Admitted) -> Answer | None:
         """Count the judgement and produce its events; their 429 when they open sessions faster than the
         key may (:class:`~rewardflow.collector.limits.SessionGate`), their 503 when Kafka did not acknowledge."""
@@ -153,11 +172,16 @@ class Ingest:
             return body
         try:
             doc = decode_json(body, EVENTS_SHAPE)
-            n = len(doc["events"]) if isinstance(doc.get("events"), list) else 0
-            if n <= s.collect_max_events and (refused := self.admit_rate(key_id, n)) is not None:
+            events = doc["events"] if isinstance(doc.get("events"), list) else []
+            if len(events) <= s.collect_max_events and (
+                    (refused := self.admit_rate(key_id, len(events))) is not None
+                    or (refused := self.admit_text(key_id, events)) is not None):
                 return refused
-            judged = admit(doc, org_id, received_at, max_events=s.collect_max_events,
-                           tolerance_ms=s.collect_clock_tolerance_ms, max_record_bytes=s.max_record_bytes)
+            # judged off the event loop: scrubbing a request's text takes up to a second or two of CPU, and the
+            # loop keeps serving other requests, acknowledgements and /healthz meanwhile
+            judged = await asyncio.to_thread(admit, doc, org_id, received_at, max_events=s.collect_max_events,
+                                             tolerance_ms=s.collect_clock_tolerance_ms,
+                                             max_record_bytes=s.max_record_bytes)
         except Refused as exc:
             return self.refuse(exc.status, str(exc))
         if (failed := await self.produce(key_id, judged)) is not None:

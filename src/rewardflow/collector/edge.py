@@ -147,6 +147,16 @@ def admit(doc: dict[str, Any], org_id: str, received_at: int, *, max_events: int
     return out
 
 
+def free_text_chars(events: list[Any]) -> int:
+    """Characters of free text (``text_redacted``, what :func:`admit` scrubs) in a request's events as sent."""
+    total = 0
+    for e in events:
+        text = e.get("text_redacted") if isinstance(e, dict) else None
+        if isinstance(text, str):
+            total += len(text)
+    return total
+
+
 def _admit_one(raw: Any, i: int, org_id: str, offset: int, redacted: Counter[str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InvalidEvent("<event>", f"expected an object, got {type(raw).__name__}", index=i)
