@@ -333,7 +333,7 @@ class PacedProducer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "partitioner": "murmur2_random",
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "partitioner": T.RAW_PARTITIONER,
                              "enable.idempotence": True, "compression.type": "lz4", "message.max.bytes": 2_000_000})
         try:
             self.started_at = start = time.perf_counter()

@@ -59,6 +59,7 @@ from rewardflow.events.validate import to_dict
 from rewardflow.events.wire import decode_record, encode_avro, encode_json
 from rewardflow.kafka_local.admin import delete_topics
 from rewardflow.kafka.provision import ensure_topics
+from rewardflow.kafka.topics import RAW_PARTITIONER
 from rewardflow.rewards.registry import active_specs
 from rewardflow.settings import Settings
 
@@ -101,7 +102,7 @@ def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
 
     Idempotent, as the SDK's producer: a retried send never reorders a partition (reordered records
     would turn events late and cost turns their reward)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random",
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": RAW_PARTITIONER,
                          "enable.idempotence": True,
                          "compression.type": "lz4", "message.max.bytes": 2_000_000})
     for key, value, headers in records:

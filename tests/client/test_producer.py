@@ -238,6 +238,7 @@ def test_librdkafka_config_is_safe_and_carries_security_settings() -> None:
 @pytest.mark.parametrize(("config", "message"), [
     (ProducerConfig(max_events=501), "REWARDFLOW_MAX_BATCH_EVENTS"),
     (ProducerConfig(kafka_overrides={"acks": "1"}), "acks"),
+    (ProducerConfig(kafka_overrides={"partitioner": "consistent_random"}), "partitioner"),
     (ProducerConfig(max_pending_events=10, max_events=50), "max_pending_events"),
     (ProducerConfig(wire_format="xml"), "wire_format"),  # type: ignore[arg-type]
 ])

@@ -134,6 +134,31 @@ def test_the_edge_serves_others_while_a_request_is_judged(edge: Edge, monkeypatc
     assert answers == [202]
 
 
+def test_a_session_sent_through_the_sdk_and_through_the_edge_lands_on_one_partition(edge: Edge) -> None:
+    """A backend may send a turn's InferenceServed with the SDK while the editor sends its signals through
+    the edge: both producers hash a session's key alike, so one processor joins the whole turn."""
+    from rewardflow.client import EventProducer, ProducerConfig
+
+    settings = edge.settings.model_copy(update={"partitions": 4, "topic_prefix": edge.settings.topic_prefix + "split."})
+    ensure_topics(settings)
+    sessions = [f"sess-{i}" for i in range(24)]
+    with Collector(settings, keys_from_client(edge.keys.client), port=0) as collector:
+        with EventProducer(settings, ProducerConfig()) as sdk:
+            for sid in sessions:
+                sdk.emit(ev("InferenceServed", f"r-{sid}", sid))
+            sdk.flush()
+        for sid in sessions:
+            assert post_events(collector.url, edge.key, [ev("FollowUp", f"r-{sid}", sid)])[0] == 202
+    where: dict[str, set[int]] = {}
+    for partition, records in read_raw(settings).items():
+        for r in records:
+            for e in decode_record(r.value, r.headers):
+                where.setdefault(e["session_id"], set()).add(partition)
+    assert sorted(where) == sorted(sessions)
+    assert {sid: ps for sid, ps in where.items() if len(ps) > 1} == {}
+    assert len(set().union(*where.values())) > 1  # the sessions spread over partitions
+
+
 def test_a_revoked_key_stops_working_within_seconds(edge: Edge) -> None:
     assert post_events(edge.url, edge.key, [ev("FollowUp", "r1")])[0] == 202
     key_id = edge.key.split("_")[1]

@@ -44,7 +44,7 @@ class Sender:
         self.resender = EventProducer(settings, config)
         # the SDK's partitioner, so a session's records share one partition whichever producer wrote them
         self.raw = Producer({**settings.kafka_client_config(), "enable.idempotence": True, "linger.ms": 5,
-                             "partitioner": "murmur2_random",
+                             "partitioner": T.RAW_PARTITIONER,
                              "message.max.bytes": 4_000_000})
         self.planted: dict[tuple[int, int], Planted] = {}
         self._errors: list[str] = []

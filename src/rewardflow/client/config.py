@@ -2,9 +2,9 @@
 
 Fixed, not configurable: ``enable.idempotence=true`` and ``acks=all`` (no
 duplicates or reordering from retries; a record counts as sent only once
-every in-sync replica has it), and the ``murmur2_random`` partitioner (the
-Java client's, so a session maps to the same partition whichever client
-wrote it). Security settings come from :meth:`Settings.kafka_client_config`.
+every in-sync replica has it), and the raw topic's partitioner
+(:data:`~rewardflow.kafka.topics.RAW_PARTITIONER`, the Java client's, so a
+session maps to the same partition whichever client wrote it). Security settings come from :meth:`Settings.kafka_client_config`.
 
 Contract: :meth:`ProducerConfig.resolve` raises ``ValueError`` naming the
 option and the fix for an unsafe combination, before any connection is made.
@@ -64,7 +64,7 @@ class ProducerConfig:
             raise ValueError("delivery_timeout_ms must exceed linger_ms")
         if self.wire_format not in ("avro", "json"):
             raise ValueError(f"wire_format={self.wire_format!r}: use 'avro' or 'json'")
-        fixed = {"enable.idempotence", "acks", "bootstrap.servers"}
+        fixed = {"enable.idempotence", "acks", "bootstrap.servers", "partitioner"}
         clash = fixed & set(self.kafka_overrides)
         if clash:
             raise ValueError(f"kafka_overrides may not set {sorted(clash)}: they are fixed by the SDK or come from settings")
@@ -90,10 +90,9 @@ class ProducerConfig:
             "message.timeout.ms": self.delivery_timeout_ms,
             "message.max.bytes": settings.max_record_bytes + HEADROOM_BYTES,
             "queue.buffering.max.messages": max(100_000, self.max_pending_events + 1),
-            "partitioner": "murmur2_random",
             **self.kafka_overrides,
         }
-        cfg.update({"enable.idempotence": True, "acks": "all"})
+        cfg.update({"enable.idempotence": True, "acks": "all", "partitioner": topics.RAW_PARTITIONER})
         return cfg
 
 

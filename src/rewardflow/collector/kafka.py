@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from rewardflow.collector.records import session_records
+from rewardflow.kafka.topics import RAW_PARTITIONER
 from rewardflow.events.wire import DEFAULT_MAX_BATCH_EVENTS, DEFAULT_MAX_RECORD_BYTES, FORMAT_HEADER, JSON
 
 POLL_BUSY_S, POLL_IDLE_S = 0.001, 0.05
@@ -69,6 +70,7 @@ class AckingProducer:
         self._producer = Producer({
             **config, "enable.idempotence": True, "acks": "all", "linger.ms": 0, "compression.type": "lz4",
             "message.timeout.ms": int(timeout_s * 1000), "client.id": "rewardflow-collector",
+            "partitioner": RAW_PARTITIONER,  # a session's records land where the SDK's do
             # a record of max_record_bytes, with its key, headers and framing (librdkafka's default is 1,000,000)
             "message.max.bytes": max(1_000_000, max_record_bytes + 65_536),
         })

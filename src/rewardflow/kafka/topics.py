@@ -17,6 +17,11 @@ rows; the sink maps topic -> table with :data:`TABLE_OF_TOPIC`.
 
 from __future__ import annotations
 
+RAW_PARTITIONER = "murmur2_random"
+"""The librdkafka partitioner of every producer of the raw topic: the Java client's hash of the key, so a session's
+records land on one partition whichever client (the SDK, the edge, a Java service) wrote them. A session split over
+two partitions is joined by two processors: its signals would miss the turn they belong to."""
+
 RAW = "events.raw"
 VALID = "events.valid"
 REWARDS = "rewards"

@@ -29,7 +29,7 @@ def send_simulation(sim: Simulator, settings: Settings, fmt: WireFormat, sync_ms
     from rewardflow.client import EventProducer, ProducerConfig
 
     cfg, topic = sim.config, settings.topic(topics.RAW)
-    raw = Producer(settings.kafka_client_config())
+    raw = Producer({**settings.kafka_client_config(), "partitioner": topics.RAW_PARTITIONER})
     est_end = cfg.end_of_starts_ms + cfg.turns_per_session * 90_000 + cfg.settle_ms
     malformed, last_sync, t0 = 0, cfg.start_ms, time.monotonic()
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[sent]:>9,} events"),
