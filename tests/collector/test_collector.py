@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +23,7 @@ from tests.conftest_clickhouse import ChDatabase
 from tests.conftest_kafka import SessionBroker
 from tests.core.feed import Feed
 from tests.factories import ev, turn
+from tests.readapi.test_server import _closed_now
 from tests.streams.kafka_io import read_raw
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
@@ -104,9 +109,6 @@ def test_a_key_sending_free_text_faster_than_its_text_rate_gets_429_and_another_
 def test_the_edge_serves_others_while_a_request_is_judged(edge: Edge, monkeypatch: pytest.MonkeyPatch) -> None:
     """Judging a request (validation, scrubbing its text) runs off the edge's event loop: while one
     request's judgement is held, /healthz and another key's request are answered."""
-    import threading
-    import urllib.request
-
     import rewardflow.collector.app as app
 
     held, release = threading.Event(), threading.Event()
@@ -250,3 +252,72 @@ def test_a_session_too_large_for_one_record_reaches_kafka_as_records_the_worker_
     landed = [e for r in records for e in decode_record(r.value, r.headers, max_bytes=4_096, max_batch_events=3)]
     assert [e["event_id"] for e in landed if e["session_id"] == "s1"] == [e["event_id"] for e in events]  # in order
     assert {e["session_id"] for e in landed} == {"s1", "s3"}  # and not the oversized s2 event
+
+
+def _edge_of(kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str, **overrides: Any) -> Collector:
+    settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
+                              **overrides)
+    ensure_topics(settings)
+    return Collector(settings, keys_from_client(ch_db.client), port=0)
+
+
+@pytest.mark.parametrize("part", ["head", "body"])
+def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline_without_a_key(
+        kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str, part: str) -> None:
+    """A client that sends a byte now and then, never finishing its request, holds a connection (an open
+    file of the process the edge shares with its Kafka clients) only until the request's deadline."""
+    with _edge_of(kafka_broker, ch_db, unique_group, collect_idle_timeout_s=1.0,
+                  collect_request_timeout_s=2.5) as collector:
+        host, port = collector.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        start = (b"POST /v1/events HTTP/1.1\r\nHost: x\r\nX-a: " if part == "head" else
+                 b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]
+        for sock in sockets:
+            sock.sendall(start)
+        still_open, rounds = sockets, 0
+        while still_open and rounds < 25:
+            time.sleep(0.4)  # a byte now and then, each within the idle timeout
+            rounds += 1
+            for sock in still_open:
+                try:
+                    sock.sendall(b"a")
+                except OSError:
+                    pass
+            still_open = [sock for sock in still_open if not _closed_now(sock)]
+        assert not still_open, f"{len(still_open)} slow requests still open after {rounds * 0.4:.1f} s"
+        for sock in sockets:
+            sock.close()
+        assert post_events(collector.url, None, [ev("FollowUp")])[0] == 401  # still serving
+
+
+def test_a_request_head_over_its_limit_is_refused_and_connections_over_the_edges_are_answered_503(
+        kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str) -> None:
+    with _edge_of(kafka_broker, ch_db, unique_group, collect_max_connections=16, collect_max_client_connections=64,
+                  collect_idle_timeout_s=30.0) as collector:
+        host, port = collector.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        flood = socket.create_connection((host, int(port)), timeout=5)
+        flood.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nX-a: ")
+        sent = 0
+        try:
+            for _ in range(64):  # 4 MiB of one header line, at most
+                flood.sendall(b"a" * 65_536)
+                sent += 65_536
+        except OSError:
+            pass
+        answer = b""
+        try:
+            answer = flood.recv(1024)
+        except OSError:
+            pass
+        assert sent < 4 * 1024 * 1024 or answer.startswith(b"HTTP/1.1 400") or _closed_now(flood)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:80]
+        flood.close()
+        held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(16)]
+        time.sleep(0.3)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{collector.url}/healthz", timeout=5)
+        assert refused.value.code == 503
+        for sock in held:
+            sock.close()
+        time.sleep(0.3)
+        assert post_events(collector.url, None, [ev("FollowUp")])[0] == 401  # a free slot again

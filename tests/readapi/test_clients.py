@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardflow.readapi.server import client_of
+from rewardflow.boundedhttp import client_of
 
 
 @pytest.mark.parametrize(("address", "client"), [

@@ -6,6 +6,12 @@ handles SIGINT/SIGTERM, lets requests in flight finish, then the producer is flu
 :meth:`start` serves from a daemon thread (``rewardflow run --collect``, the demo, tests) until
 :meth:`stop`. TLS with ``web_tls_certfile`` / ``web_tls_keyfile``.
 
+Bounds (:mod:`rewardflow.boundedhttp`): at most ``collect_max_connections`` connections (more get
+503), and ``collect_max_client_connections`` of one client; a connection idle for
+``collect_idle_timeout_s`` is closed, as is one whose request head is not in within it or whose whole
+request is not in within ``collect_request_timeout_s``; a request head over 16 KiB gets 400. None
+of these needs a key: they hold before the request is read.
+
 Keys come from ``load_keys`` (see :func:`keys_from_client`, :func:`keys_from_reader`), reloaded
 every ``collect_key_refresh_s``.
 """
@@ -21,6 +27,7 @@ from typing import Any
 
 import uvicorn
 
+from rewardflow.boundedhttp import bounded_protocol
 from rewardflow.collector.app import create_app
 from rewardflow.collector.limits import EdgeMetrics
 from rewardflow.collector.kafka import AckingProducer
@@ -75,9 +82,14 @@ class Collector:
                                        settings.collect_ack_timeout_s, max_record_bytes=settings.max_record_bytes,
                                        max_batch_events=settings.max_batch_events)
         tls = settings.web_tls_certfile is not None
+        protocol = bounded_protocol("REWARDFLOW_COLLECT", head_timeout=settings.collect_idle_timeout_s,
+                                    request_timeout=settings.collect_request_timeout_s, send_timeout=60.0,
+                                    per_client=settings.collect_max_client_connections or settings.collect_max_connections)
         self._server = uvicorn.Server(uvicorn.Config(
-            create_app(settings, self.keys, self.producer, self.metrics), lifespan="off", log_level="warning",
-            access_log=False, timeout_graceful_shutdown=int(settings.collect_ack_timeout_s) + 5,
+            create_app(settings, self.keys, self.producer, self.metrics), http=protocol, lifespan="off",
+            log_level="warning", access_log=False, limit_concurrency=settings.collect_max_connections,
+            timeout_keep_alive=max(1, int(settings.collect_idle_timeout_s)),
+            timeout_graceful_shutdown=int(settings.collect_ack_timeout_s) + 5,
             proxy_headers=False,  # nothing reads the client's address: keys decide
             ssl_certfile=str(settings.web_tls_certfile) if tls else None,
             ssl_keyfile=str(settings.web_tls_keyfile) if tls else None,

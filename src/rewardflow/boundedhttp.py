@@ -1,0 +1,148 @@
+"""HTTP/1.1 serving with bounds on what one connection can hold: uvicorn's h11 protocol, with deadlines.
+
+uvicorn alone waits forever for a client that opens a connection and sends nothing, or a byte now and
+then, and (with httptools) parses a request head of any size. :class:`BoundedProtocol` closes such
+connections; each server gives it its own settings with :func:`bounded_protocol`, and bounds its
+connections in all with uvicorn's ``limit_concurrency`` (more get 503).
+
+Contract: the protocol runs on the server's event loop and never blocks; a connection it closes gets
+no answer (a request head over 16 KiB gets h11's 400).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger(__name__)
+
+
+def client_of(address: str) -> str:
+    """The client an address counts as for a server's connections per client: the address itself, but one
+    client for all of IPv4 loopback (``127.0.0.0/8``, every address of it this very host) and one for each
+    IPv6 ``/64`` (what one host is given to pick its addresses from). An IPv6 address that carries an IPv4
+    one (mapped; NAT64, Teredo, 6to4 when that one is global) counts as that IPv4 address; a link-local one as itself, with its
+    interface (every link has the same /64)."""
+    bare, _, scope = address.partition("%")
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        tunnelled = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if tunnelled is None and ip in _NAT64:
+            tunnelled = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        carried = ip.ipv4_mapped or (tunnelled if tunnelled is not None and tunnelled.is_global else None)
+        if carried is not None:
+            ip = carried
+    if isinstance(ip, ipaddress.IPv4Address):
+        return "127.0.0.0/8" if ip.is_loopback else str(ip)
+    if ip.is_loopback:
+        return "127.0.0.0/8"
+    if ip.is_link_local:
+        return f"{ip}%{scope}" if scope else str(ip)
+    return str(ipaddress.IPv6Network((ip, 64), strict=False))
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+class BoundedProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol (h11: a request head over 16 KiB is refused), closing a connection that sends
+    no request within the keep-alive timeout, does not finish the request it began within its deadlines
+    (:attr:`head_timeout`, :attr:`request_timeout`), or reads none of its response for :attr:`send_timeout`
+    while the transport's buffer is full; a client's connections beyond :attr:`per_client` are closed at once.
+    Build a server's own with :func:`bounded_protocol`; :attr:`settings` names its settings in the logs."""
+
+    head_timeout = 5.0
+    request_timeout = 30.0
+    send_timeout = 60.0
+    per_client = 64
+    open_by_client: dict[str, int] = {}  # (each server's subclass has its own)
+    settings = "REWARDFLOW_READ"
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self._deadlines: list[asyncio.TimerHandle] = []
+        self._stalled: asyncio.TimerHandle | None = None
+        self._address = client_of(str(self.client[0])) if self.client else ""
+        held = self.open_by_client[self._address] = self.open_by_client.get(self._address, 0) + 1
+        if held > self.per_client:
+            log.info("closing a connection from %s: it holds %d already (%s_MAX_CLIENT_CONNECTIONS)",
+                     self._address, held - 1, self.settings)
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_request()  # (a pipelined request may have begun meanwhile)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: the client must take some of it within :attr:`send_timeout`."""
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.send_timeout, self._not_reading)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _not_reading(self) -> None:
+        self._stalled = None
+        if not self.transport.is_closing():
+            log.info("closing a connection from %s that took none of its response for %.0f s", self.client,
+                     self.send_timeout)
+            self.transport.abort()  # (close() would wait, forever, to write out the buffer the client does not take)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+        left = self.open_by_client.get(self._address, 1) - 1
+        if left > 0:
+            self.open_by_client[self._address] = left
+        else:
+            self.open_by_client.pop(self._address, None)
+        super().connection_lost(exc)
+
+    def _watch_request(self) -> None:
+        """Arm the deadlines once a request has begun (a byte of it is in), drop them once it is all in."""
+        state = self.conn.their_state
+        begun = state is h11.SEND_BODY or (state is h11.IDLE and bool(self.conn.trailing_data[0]))
+        if not begun:
+            self._disarm()
+        elif not self._deadlines:
+            self._deadlines = [self.loop.call_later(self.head_timeout, self._too_slow, True),
+                               self.loop.call_later(self.request_timeout, self._too_slow, False)]
+
+    def _disarm(self) -> None:
+        for handle in self._deadlines:
+            handle.cancel()
+        self._deadlines = []
+
+    def _too_slow(self, head: bool) -> None:
+        state = self.conn.their_state
+        if (state is h11.IDLE if head else state in (h11.IDLE, h11.SEND_BODY)) and not self.transport.is_closing():
+            log.info("closing a connection from %s whose request was not all in after %.0f s", self.client,
+                     self.head_timeout if head else self.request_timeout)
+            self.transport.close()
+
+
+def bounded_protocol(settings: str, *, head_timeout: float, request_timeout: float, send_timeout: float,
+                     per_client: int) -> type[BoundedProtocol]:
+    """A :class:`BoundedProtocol` of one server: its deadlines, its connections per client (counted apart
+    from every other server's) and the prefix of its settings' variables, for the logs."""
+    return type("BoundedProtocol", (BoundedProtocol,), {
+        "head_timeout": head_timeout, "request_timeout": request_timeout, "send_timeout": send_timeout,
+        "per_client": per_client, "open_by_client": {}, "settings": settings})
