@@ -10,7 +10,7 @@ import pytest
 from rewardflow.clickhouse.errors import ClickHouseUnavailable
 from rewardflow.sink.route import RewardSink
 from rewardflow.sink.config import SinkConfigError
-from tests.clickhouse.rows import committed, event_row, produce, pump, reset_offsets, reward, values
+from tests.clickhouse.rows import T0, committed, event_row, produce, pump, reset_offsets, reward, values
 from tests.conftest_clickhouse import ChDatabase
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.kafka]
@@ -60,6 +60,21 @@ def test_row_values_round_trip(ch_db: ChDatabase, kafka_broker: Any, unique_topi
     stored = [{k: v for k, v in r.items() if not k.startswith("_")} for r in got]
     assert stored == rows
     assert committed(kafka_broker.bootstrap, unique_group, topic, 1) == {0: 7}
+
+
+def test_a_batch_spanning_more_partitions_than_the_engines_default_insert_limit_is_written(
+        ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str) -> None:
+    """events is partitioned by day of event time, which a client chooses: one batch of rows dated on 150
+    days is stored, not retried for ever (the engine refuses over 100 partitions an insert by default)."""
+    topic = unique_topic("events.valid")
+    rows = [event_row(i, ts=T0 - i * 86_400_000) for i in range(150)]
+    produce(kafka_broker.bootstrap, topic, values(rows, per_record=150))
+    sink = _sink(ch_db, kafka_broker, topic, "events.valid", unique_group, rows=1000)
+    pump(sink, lambda: sink.metrics.rows_written["events"] >= 150)
+    sink.close()
+    assert _count(ch_db.client, "events") == 150
+    assert ch_db.client.command("SELECT uniqExact(_partition_id) FROM events") == 150
+    assert committed(kafka_broker.bootstrap, unique_group, topic, 1) == {0: 1}
 
 
 def test_no_commit_while_clickhouse_fails_then_resume(ch_db: ChDatabase, kafka_broker: Any, unique_topic: Callable[..., str], unique_group: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -40,6 +40,10 @@ STRICT_INPUT: dict[str, Any] = {
     "input_format_parallel_parsing": 0,  # one block per insert: a parse error writes nothing
     "input_format_force_null_for_omitted_fields": 1,  # a missing field is an error, not a silent 0
     "input_format_null_as_default": 0,
+    # a batch's rows may span any number of the table's partitions (their event times are a client's, and late
+    # rows are dated anywhere since 2000): over the engine's default of 100 an insert fails the same way each
+    # time it is retried, and the sink would hold every table's rows behind it
+    "max_partitions_per_insert_block": 0,
 }
 
 Fault = Callable[[str], None]
