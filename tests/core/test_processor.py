@@ -405,6 +405,24 @@ def test_a_rebuilt_partition_counts_its_idle_clock_from_its_rebuilt_event_time()
     assert p.maxts == T0 and p.idle_target(8_000, 1000, 1.0) == T0 - CFG.lateness_ms + 3000
 
 
+def test_a_rebuilt_partition_resumes_its_idle_clock_from_the_watermark_its_ticks_reached() -> None:
+    """An idle partition handed over every few seconds (a rebalance, a restart) still reaches its turns'
+    deadlines: each owner's clock goes on from the watermark the last one's ticks took it to."""
+    p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
+    p.process(*json_record(ev("InferenceServed", "r1", ts=T0)), 0, 5_000)
+    offset, wall = 1, 5_000
+    for _ in range(30):  # a new owner every 3 s of wall time, each ticking its clock on while it holds it
+        p.rebuild(0, Outputs())
+        p.last_event_wall = wall  # (the shell's: idle time counts from when the partition was taken)
+        for _ in range(3):
+            wall += 1_000
+            target = p.idle_target(wall, 1_000, 1.0)
+            if target is not None and target > p.wm:
+                p.process(orjson.dumps({"wm": target}), TICK_H, offset, wall)
+                offset += 1
+    assert p.wm >= T0 - CFG.lateness_ms + 60_000  # 90 s of wall time: the clock moved on across 30 owners
+
+
 def test_events_that_keep_pace_with_the_wall_clock_keep_a_partition_active() -> None:
     p = PartitionProcessor(CFG, SPECS, DictStore(), "raw", 0)
     for k in range(10):  # one event a second, each dated 600 ms after the last (a clock 40 % slow)

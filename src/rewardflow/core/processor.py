@@ -484,10 +484,14 @@ class PartitionProcessor:
         since it last did (``last_event_wall``, when the newest event time was ``maxts`` then). Records
         that move no event time (refused, late, duplicate, or a trickle of events a millisecond apart)
         keep no partition from being idle, so no client can hold back another's turns by sending them.
-        From then on the watermark follows the wall clock at ``rate`` from that point.
+        From then on the watermark follows the wall clock at ``rate`` from that point. After a rebuild (a
+        rebalance, a restart) it goes on from the watermark the partition's ticks had reached, so a partition
+        handed over again and again still gets to its turns' deadlines.
         """
         if self.maxts == -NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
             return None
-        paced = self.maxts if self._paced_ts is None else self._paced_ts
+        paced = self._paced_ts
+        if paced is None:  # since a rebuild: on from the event time the watermark reached (ticks took it past maxts)
+            paced = max(self.maxts, self.wm + self.cfg.lateness_ms)
         return max(self.maxts, paced + int((now_ms - self.last_event_wall) * rate)) - self.cfg.lateness_ms
 
