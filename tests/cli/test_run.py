@@ -42,3 +42,19 @@ def test_a_clickhouse_it_cannot_prepare_is_one_error_line_and_no_worker_is_left(
     assert "error: cannot prepare ClickHouse" in proc.stderr, proc.stderr[-3000:]
     assert "worker 0 started" in proc.stderr  # the worker did start meanwhile...
     assert _processes_with(f"REWARDFLOW_HOME={home}") == []  # ...and is gone with the command
+
+
+def test_more_workers_than_partitions_are_told_to_idle_as_spares(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:  # the read endpoint's port is taken: run stops before it starts anything
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDFLOW_")}
+        env.update({"REWARDFLOW_HOME": str(tmp_path / "home"), "REWARDFLOW_PARTITIONS": "2",
+                    "REWARDFLOW_WEB_PORT": str(taken.getsockname()[1])})
+        exe = shutil.which("rewardflow", path=str(Path(sys.executable).parent)) or "rewardflow"
+        proc = subprocess.run([exe, "run", "--workers", "5"], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+    assert proc.returncode != 0
+    assert "--workers 5 for 2 partitions (REWARDFLOW_PARTITIONS): 3 of them will hold no partition" in proc.stderr

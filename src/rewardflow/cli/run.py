@@ -131,6 +131,10 @@ def command(
     settings = load_settings()
     if workers is None:
         workers = default_worker_count(settings)
+    elif worker and workers > settings.partitions:
+        log.warning("--workers %d for %d partitions (REWARDFLOW_PARTITIONS): %d of them will hold no partition "
+                    "and idle as spares (each a process of ~90 MB)", workers, settings.partitions,
+                    workers - settings.partitions)
     ensure_ports_free(settings, sink, workers if worker else 0, collect)
     ensure_kafka(settings, start_kafka)
     from rewardflow.kafka.provision import ensure_topics
