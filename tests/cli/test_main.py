@@ -41,3 +41,13 @@ def test_a_flag_is_shown_without_a_value_type() -> None:
     rows = {line.split()[1]: line for line in got.stdout.splitlines() if line.startswith("│") and "--" in line}
     assert "<bool>" not in rows["--overwrite"] and "<bool>" not in rows["--help"], got.stdout
     assert "<float>" in rows["--settle"]  # (an option that takes a value names its type)
+
+
+def test_the_version_and_a_short_help_flag() -> None:
+    from importlib.metadata import version
+
+    got = _cli("--version")
+    assert got.returncode == 0 and got.stdout.strip() == f"rewardflow {version('rewardflow')}", got.stderr
+    short, long = _cli("-h"), _cli("--help")
+    assert short.returncode == 0 and short.stdout == long.stdout
+    assert _cli("sql", "-h").stdout == _cli("sql", "--help").stdout
