@@ -180,8 +180,12 @@ def test_cli_replay_is_idempotent_and_refuses_a_changed_spec(ch_db: Any, monkeyp
     store.insert("rewards", live, "t-rewards")
     spec_path = str(bundled_specs_dir() / "v2.toml")
     runner = CliRunner()
+    res = runner.invoke(_cli(), ["rewards", "replay", "--spec", spec_path, "--against", "v1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "nothing written" in orjson.loads(res.stdout)["note"]  # a what-if by default: no row, no ledger entry
+    assert ch_db.client.command("SELECT count() FROM rewards WHERE spec_version = 'v2'") == 0
     for _ in range(2):
-        res = runner.invoke(_cli(), ["rewards", "replay", "--spec", spec_path, "--against", "v1", "--json"])
+        res = runner.invoke(_cli(), ["rewards", "replay", "--spec", spec_path, "--against", "v1", "--json", "--store"])
         assert res.exit_code == 0, res.output
     doc = orjson.loads(res.stdout)
     asked = sum(r["n_clarifying"] > 0 for r in live)

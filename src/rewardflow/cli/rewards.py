@@ -6,8 +6,8 @@
   (``--offline`` skips that; ``--register`` records new versions).
 * ``replay --spec FILE``: recompute final rewards from the ``events`` table with
   the stream's own code (:func:`rewardflow.rewards.replay.replay_partition`),
-  write them under the spec's version (idempotent: same reward ids and insert
-  tokens; ``--dry-run`` writes nothing) and diff them against ``--against``.
+  diff them against ``--against``; with ``--store``, also write them under the spec's version
+  (idempotent: same reward ids and insert tokens). By default nothing is written.
 
 Exit codes: 0 done; 2 a fixable error (invalid spec, changed spec under an
 existing version, database unavailable), always one line on stderr.
@@ -113,7 +113,8 @@ def open_store(settings: Any, write: bool = False) -> Iterator[Store]:
         reader = LocalReader(client, "rewardflow") if client is not None else open_reader(settings)
     except Exception as exc:
         msg = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
-        hint = " (writing needs this process to own the chDB directory: stop the worker, or use --dry-run)" if write else ""
+        hint = (" (writing needs this process to own the chDB directory: stop the pipeline that owns it, or leave out "
+                "--store / --register)") if write else ""
         raise fail(f"cannot open ClickHouse: {msg}{hint}") from None
     try:
         yield Store(reader, client)
@@ -243,11 +244,11 @@ def replay(
     end: Annotated[str | None, typer.Option("--to", help="Served before (epoch ms or ISO 8601, UTC).")] = None,
     checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Only turns served by this checkpoint.")] = None,
     against: Annotated[str | None, typer.Option("--against", help="Stored spec version to diff with (default: first other active).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Compute and diff; write nothing.")] = False,
+    store_rows: Annotated[bool, typer.Option("--store/--dry-run", help="--store: also write the recomputed rewards under SPEC's version (registering it), where trainers and exports that ask for that version read them; by default it only computes and diffs, writing nothing.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="Samples to list by |change|.")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="Print the diff as JSON.")] = False,
 ) -> None:
-    """Recompute rewards from stored events under SPEC, store them, and diff them against a stored version."""
+    """Recompute rewards from stored events under SPEC and diff them against a stored version (--store also writes them)."""
     try:
         spec_file = SpecFile(load_spec(spec), spec)
     except SpecError as exc:
@@ -255,12 +256,15 @@ def replay(
     settings = load_settings()
     rng = ReplayRange(parse_time(start), parse_time(end), checkpoint)
     against = against or _default_against(spec_file.spec.version)
-    with open_store(settings, write=not dry_run) as store:
-        if store.client is not None:
-            try:
+    with open_store(settings, write=store_rows) as store:
+        try:
+            if store.client is not None:
                 check_and_register(store.client, [spec_file])
-            except SpecError as exc:
-                raise fail(str(exc)) from None
+            else:  # a what-if: still refused when its content differs from a registered version's
+                rows = store.rows(LEDGER_QUERY, {}, missing_ok=True)
+                check_against_ledger([spec_file], ledger_from_rows([(r["version"], r["content_hash"]) for r in rows]))
+        except SpecError as exc:
+            raise fail(str(exc)) from None
         tally: Counter[str] = Counter()
         records = run_replay(store, spec_file.spec, JoinConfig.from_settings(settings), rng, tally)
         old = stored_rows(store, against, rng) if against else []
@@ -275,9 +279,9 @@ def replay(
         typer.echo(f"warning: {orphaned:,} stored {against} rewards have no stored events to replay (removed from "
                    "`events` by retention, or never stored); they show as only in the old version", err=True)
     note = f"{len(records)} final rewards under {spec_file.spec.version} ({rng.describe()}); " + (
-        "dry run, nothing written" if dry_run else f"{written} rows sent (duplicates are dropped)")
+        f"{written} rows sent (duplicates are dropped)" if store_rows else "nothing written (--store writes them)")
     if tally:
-        note += f"; set aside again during replay: {dict(tally)} (expected none)"
+        note += f"; set aside as the stream sets them aside (orphan turns, duplicates): {dict(tally)}"
     if json_out:
         doc = {"note": note, "diff": asdict(d), "mean_delta": d.mean_delta, "flip_fraction": d.flip_fraction,
                "without_events": orphaned}
