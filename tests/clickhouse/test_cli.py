@@ -124,7 +124,9 @@ def test_export_of_several_spec_versions_needs_one_named_or_all(env: dict[str, s
     assert set(pq.read_table(out).column("spec_version").to_pylist()) == {"v2"}
     assert "exported 20 rows" in run("export", "--checkpoint", "ck-a", "--all-specs", "--out", str(out)).output
     unknown = run("export", "--checkpoint", "nope", "--out", str(out))
-    assert unknown.exit_code == 0 and "no reward matches checkpoint 'nope'" in unknown.output
+    assert unknown.exit_code == 2 and "checkpoint 'nope' is not registered" in unknown.output
+    no_match = run("export", "--checkpoint", "ck-a", "--spec-version", "v2", "--out", str(out), "--overwrite")
+    assert no_match.exit_code == 0 and "exported 10 rows" in no_match.output
 
 
 def test_a_mistyped_filter_never_moves_a_trainers_cursor(env: dict[str, str], ch_db: ChDatabase, tmp_path: Path) -> None:
@@ -133,7 +135,10 @@ def test_a_mistyped_filter_never_moves_a_trainers_cursor(env: dict[str, str], ch
     base = ("export", "--trainer", "t1", "--settle", "0", "--out", str(out))
     typo = run(*base, "--checkpoint", "ck-a", "--spec-version", "v9")
     assert typo.exit_code == 2 and "'v9' is not a registered reward spec" in typo.output and not out.exists()
-    nothing = run(*base, "--checkpoint", "ck-typo")
+    typo = run(*base, "--checkpoint", "ck-typo")
+    assert typo.exit_code == 2 and "checkpoint 'ck-typo' is not registered" in typo.output and not out.exists()
+    insert(ch_db.client, [reward(i, checkpoint="ck-b", provisional=1) for i in range(3)], token="provisional")
+    nothing = run(*base, "--checkpoint", "ck-b")  # a checkpoint with provisional rewards only: none matches
     assert nothing.exit_code == 0 and "the cursor of trainer 't1' is not moved" in nothing.output and "cursor now" not in nothing.output
     out.unlink()
     assert "exported 10 rows" in run(*base, "--checkpoint", "ck-a", "--spec-version", "v1").output

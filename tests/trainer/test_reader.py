@@ -12,7 +12,7 @@ from rewardflow.readapi.tokens import TokenStore
 from rewardflow.clickhouse.remote import RemoteReader
 from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.lineage.columns import LINEAGE_COLUMNS
-from rewardflow.trainer.reader import RewardReader, UnknownSpecVersion
+from rewardflow.trainer.reader import RewardReader, UnknownCheckpoint, UnknownSpecVersion
 from tests.clickhouse.rows import insert, reward
 from tests.conftest_clickhouse import ChDatabase
 
@@ -101,6 +101,22 @@ def test_an_unknown_spec_version_is_refused_before_anything_is_read(ch_db: ChDat
     assert pull(ch_db, trainer="t", spec_version="v3") == []  # registered, no row yet: not an error
 
 
+def test_an_unknown_checkpoint_is_refused_before_anything_is_read(ch_db: ChDatabase) -> None:
+    """A mistyped checkpoint matches no row: without the check a trainer's commit would move its cursor past
+    every row, the ones of the checkpoint it meant included."""
+    from rewardflow.lineage.store import CheckpointStore
+
+    insert(ch_db.client, [reward(i, checkpoint="ckpt-2025-11-09") for i in range(10)])
+    reader = RewardReader(ch_db.dsn, trainer="t", checkpoint="ckpt-2025-11-O9", settle_s=0, settings=ch_db.settings())
+    with pytest.raises(UnknownCheckpoint, match="'ckpt-2025-11-O9' is not registered"):
+        list(reader)
+    assert reader.commit() == 0
+    reader.close()
+    assert len(pull(ch_db, trainer="t")) == 10  # every row still ahead of the cursor
+    CheckpointStore(ch_db.client).register("ckpt-next")
+    assert pull(ch_db, trainer="t2", checkpoint="ckpt-next") == []  # registered, no row yet: not an error
+
+
 def test_settle_window_hides_rows_younger_than_it(ch_db: ChDatabase) -> None:
     insert(ch_db.client, [reward(i) for i in range(5)])
     reader = RewardReader(ch_db.dsn, trainer="t", settle_s=3600, settings=ch_db.settings())
@@ -117,6 +133,8 @@ def test_through_the_owner_endpoint_same_answer(ch_db: ChDatabase) -> None:
         remote = RemoteReader(server.url, token=token, database=ch_db.name)
         with pytest.raises(UnknownSpecVersion):
             list(RewardReader(trainer="remote", spec_version="v9", settle_s=0, reader=remote))
+        with pytest.raises(UnknownCheckpoint):
+            list(RewardReader(trainer="remote", checkpoint="ck-typo", settle_s=0, reader=remote))
         reader = RewardReader(trainer="remote", spec_version="v1", settle_s=0, reader=remote)
         got = [s for b in reader for s in b.column("sample_id").to_pylist()]
         reader.commit()

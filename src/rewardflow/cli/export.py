@@ -11,8 +11,8 @@ pipeline runs (a busy chDB directory is read through its owner's endpoint).
 Every row carries its checkpoint's lineage (``policy_generation``, ``policy_age_s``,
 ``policy_lag``); ``--max-policy-lag N`` exports only rows of registered checkpoints at most N
 generations behind the newest one, and the rows it skips are behind the trainer's cursor afterwards.
-A ``--spec-version`` that is not registered and scored no row is refused; when no reward at all
-matches the filters, the trainer's cursor is not moved (a mistyped checkpoint costs nothing).
+A ``--spec-version`` or ``--checkpoint`` that is not registered and is on no stored row is refused;
+when no reward at all matches the filters, the trainer's cursor is not moved.
 Exit codes: 0 done; 2 a fixable error, one ``error:`` line on stderr.
 """
 
@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rewardflow.clickhouse.errors import ClickHouseError, clean_message, is_driver_error
 from rewardflow.settings import load_settings
 from rewardflow.trainer.export import export_parquet
-from rewardflow.trainer.reader import RewardReader, UnknownSpecVersion
+from rewardflow.trainer.reader import RewardReader, UnknownCheckpoint, UnknownSpecVersion
 
 
 def _fail(message: str) -> typer.Exit:
@@ -88,7 +88,7 @@ def command(
             task = progress.add_task("export", total=total)
             result = export_parquet(reader, out, commit=trainer is not None and bool(versions),
                                     on_batch=lambda n: progress.advance(task, n))
-    except UnknownSpecVersion as exc:
+    except (UnknownSpecVersion, UnknownCheckpoint) as exc:
         raise _fail(str(exc)) from None
     except ClickHouseError as exc:
         raise _fail(str(exc)) from None

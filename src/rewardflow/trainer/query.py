@@ -87,6 +87,14 @@ def spec_known_sql(version: str) -> tuple[str, dict[str, Any]]:
     return sql, {"v": version}
 
 
+def checkpoint_known_sql(checkpoint_id: str) -> tuple[str, dict[str, Any]]:
+    """One row when ``checkpoint_id`` is registered (``rewardflow checkpoints``) or served any stored reward, none
+    otherwise."""
+    sql = ("SELECT 1 FROM (SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id = {c:String} LIMIT 1 "
+           "UNION ALL SELECT checkpoint_id FROM rewards WHERE checkpoint_id = {c:String} LIMIT 1) LIMIT 1")
+    return sql, {"c": checkpoint_id}
+
+
 def count_sql(filters: Mapping[str, Any], after: int) -> tuple[str, dict[str, Any]]:
     """How many rows an export after ``after`` would return (for progress bars)."""
     cond, params = where_clause(filters)

@@ -29,7 +29,8 @@ position (``trainer_cursors``) and ``horizon`` is the id of "now minus
 cannot commit. One reader per trainer name at a time. Filters (checkpoint, spec version,
 surface, arm, only_final, max_policy_lag) narrow what this trainer receives; rows filtered out
 are behind its cursor afterwards and are not offered to it later. A ``spec_version`` that is neither registered
-nor the version of any stored row raises :class:`UnknownSpecVersion` before anything is read
+nor the version of any stored row raises :class:`UnknownSpecVersion` before anything is read (a
+``checkpoint`` neither registered nor on any stored reward, :class:`UnknownCheckpoint`)
 (a typo would match nothing, and the commit would move the cursor past the rows it meant).
 
 Lineage: every batch ends with ``policy_generation``, ``policy_age_s`` and ``policy_lag``
@@ -65,11 +66,16 @@ from rewardflow.lineage.registry import Registry
 from rewardflow.lineage.store import load_registry
 from rewardflow.settings import Settings, load_settings
 from rewardflow.rewards.registry import LEDGER_QUERY
-from rewardflow.trainer.query import count_sql, cursor_of, horizon_sql, rewards_sql, spec_known_sql, spec_versions_sql
+from rewardflow.trainer.query import (checkpoint_known_sql, count_sql, cursor_of, horizon_sql, rewards_sql, spec_known_sql,
+                                      spec_versions_sql)
 
 
 class UnknownSpecVersion(ValueError):
     """The reader's ``spec_version`` is neither a registered reward spec nor the version of any stored row."""
+
+
+class UnknownCheckpoint(ValueError):
+    """The reader's ``checkpoint`` is neither registered nor the checkpoint of any stored reward."""
 
 
 class RewardReader:
@@ -108,7 +114,7 @@ class RewardReader:
         self._reader = reader or open_reader(settings or load_settings(), dsn=dsn, database=database)
         self._position: int | None = None  # _seq to commit
         self._handed = 0
-        self._spec_checked = spec_version is None
+        self._spec_checked = spec_version is None and checkpoint is None
 
     @property
     def cursor(self) -> int:
@@ -135,18 +141,22 @@ class RewardReader:
         return [str(v) for v in self._reader.query_arrow(sql, params).column(0).to_pylist()]
 
     def _check_spec(self) -> None:
-        """Raise :class:`UnknownSpecVersion` when the ``spec_version`` filter names a version that is not
-        registered and scored no stored row: a typo would otherwise match nothing, and a trainer's commit
-        would move its cursor past every row of the version it meant. Once a reader, two small queries."""
+        """Raise :class:`UnknownSpecVersion` (:class:`UnknownCheckpoint`) when the ``spec_version``
+        (``checkpoint``) filter names a version (a checkpoint) that is not registered and is on no stored
+        row: a typo would otherwise match nothing, and a trainer's commit would move its cursor past every
+        row it meant. Once a reader, a small query a filter (two when it fails)."""
         if self._spec_checked:
             return
-        version = str(self.filters["spec_version"])
-        sql, params = spec_known_sql(version)
-        if self._reader.query_arrow(sql, params).num_rows == 0:
+        version, checkpoint = self.filters["spec_version"], self.filters["checkpoint_id"]
+        if version is not None and self._reader.query_arrow(*spec_known_sql(str(version))).num_rows == 0:
             known = sorted({str(v) for v in self._reader.query_arrow(LEDGER_QUERY).column("version").to_pylist()})
             raise UnknownSpecVersion(
                 f"spec_version {version!r} is not a registered reward spec and scored no stored row "
                 f"(registered: {', '.join(known) or 'none'}); nothing was read and no cursor moved")
+        if checkpoint is not None and self._reader.query_arrow(*checkpoint_known_sql(str(checkpoint))).num_rows == 0:
+            raise UnknownCheckpoint(
+                f"checkpoint {checkpoint!r} is not registered and served no stored reward (rewardflow checkpoints "
+                "list, or SELECT DISTINCT checkpoint_id FROM rewards, lists them); nothing was read and no cursor moved")
         self._spec_checked = True
 
     def _filters(self, registry: Registry) -> dict[str, Any]:
