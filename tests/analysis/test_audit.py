@@ -96,6 +96,17 @@ def test_counts_reconcile_with_planted_numbers(feed: Feed) -> None:
     assert (lines["spec"].rows, lines["spec"].share) == (0, 0.0) and "cannot exclude" in lines["spec"].note
 
 
+def test_turns_known_only_from_late_events_count_among_the_samples(feed: Feed) -> None:
+    """A session sent wholly after its partition's clock passed it has no scored turn: its turns are
+    samples all the same, so the late share stays a share (it read 80,300 % of the samples)."""
+    whole = [{**e, "org_id": "org", "reason": "late", "payload": orjson.dumps(e).decode()}
+             for rid in ("late-r1", "late-r2") for e in turn(rid, "late-s1", T0 - 10**9)]
+    rep = audit_counts(V1, feed.final("v1")[:1], late=whole)
+    lines = {ln.reason: ln for ln in rep.lines}
+    assert rep.samples == 3 and lines["late"].samples == 2
+    assert all(0.0 <= ln.share <= 1.0 for ln in rep.lines)
+
+
 def test_late_events_rescored_as_if_on_time(feed: Feed) -> None:
     late = next(ln for ln in _audit(feed, V1).lines if ln.reason == "late").rescore
     assert late is not None and late.paired == len(LATE) and late.changed == len(LATE)

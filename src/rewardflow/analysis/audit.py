@@ -197,8 +197,11 @@ def audit_counts(spec: RewardSpec, rewards: Sequence[Row], *, dead: Sequence[Row
             scored[key] = r
     corrected = [int(r.get("revision") or 0) for r in scored.values() if r.get("revision")]
     orphans = {turn_of(e) for e in excluded if e["reason"] == "orphan"}
-    total, events = len(scored) + len(orphans), valid_events + len(dead)
     dups = [e for e in excluded if e["reason"] == "duplicate"]
+    # every turn seen: scored, orphaned, or known only from its late or duplicate events (a session sent
+    # wholly late has no scored turn), so no share is over 100 %
+    total = len(scored.keys() | orphans | {turn_of(e) for e in late} | {turn_of(e) for e in dups})
+    events = valid_events + len(dead)
     dup_diff, dup_n, dup_miss = _rescore(dups, scored, te, spec, cfg)
     late_diff, late_n, late_miss = _rescore(late, scored, te, spec, cfg)
     lines = [
