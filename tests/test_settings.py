@@ -90,3 +90,31 @@ def test_the_worker_keeps_its_files_under_the_home_not_the_working_directory(
     conf = JoinWorker(s, web=False).app.conf
     assert Path(conf.datadir) == home / "worker-data" / "t1.worker"
     assert Path(conf.datadir).parent.is_dir() and list(cwd.iterdir()) == []
+
+
+def test_a_config_file_takes_settings_by_name_or_by_variable_and_refuses_an_unknown_key(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("REWARDFLOW_WEB_PORT", raising=False)
+    monkeypatch.delenv("REWARDFLOW_GRACE_MS", raising=False)
+    cfg = tmp_path / "rewardflow.toml"
+    monkeypatch.setenv("REWARDFLOW_CONFIG_FILE", str(cfg))
+    cfg.write_text("REWARDFLOW_WEB_PORT = 23001\ngrace_ms = 61000\n")
+    got = load_settings()
+    assert (got.web_port, got.grace_ms) == (23001, 61000)
+    monkeypatch.setenv("REWARDFLOW_WEB_PORT", "23002")  # a variable wins over the file
+    assert load_settings().web_port == 23002
+    cfg.write_text("colect_port = 23003\n")
+    with pytest.raises(SettingsError, match=r"unknown setting\(s\) 'colect_port' \(did you mean collect_port\?\)"):
+        load_settings()
+
+
+def test_a_variable_that_is_no_setting_is_told_once(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("REWARDFLOW_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("REWARDFLOW_COLECT_PORT_T", "23003")
+    monkeypatch.setenv("REWARDFLOW_SCHEMA_DIR", str(Path(__file__).parents[1] / "schemas"))  # read, not a setting
+    load_settings()
+    load_settings()
+    told = [r.getMessage() for r in caplog.records if "REWARDFLOW_" in r.getMessage()]
+    assert told == ["REWARDFLOW_COLECT_PORT_T is not a rewardflow setting and is ignored "
+                    "(did you mean REWARDFLOW_COLLECT_PORT?)"]

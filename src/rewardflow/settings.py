@@ -15,6 +15,8 @@ import ipaddress
 import logging
 import os
 import re
+import difflib
+import logging
 import secrets
 import time
 import tomllib
@@ -24,12 +26,13 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 from pydantic_settings import SettingsError as PydanticSettingsError
 
+log = logging.getLogger(__name__)
 DEFAULT_HOME = Path(os.environ.get("REWARDFLOW_HOME", Path.home() / ".rewardflow"))
 
 
@@ -162,8 +165,9 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         cfg = os.environ.get("REWARDFLOW_CONFIG_FILE")
-        if cfg:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(cfg)))
+        if cfg:  # keys as fields (web_port) or as their variables (REWARDFLOW_WEB_PORT); load_settings checked them
+            table = tomllib.loads(Path(cfg).read_text())
+            sources.append(InitSettingsSource(settings_cls, {_field_of(k): v for k, v in table.items()}))
         return tuple(sources)
 
     @model_validator(mode="after")
@@ -324,6 +328,34 @@ def tick_key(settings: Settings) -> bytes:
     raise SettingsError(f"the tick key file {path} is empty: delete it, or set REWARDFLOW_TICK_KEY")
 
 
+OTHER_VARIABLES = frozenset({"REWARDFLOW_CONFIG_FILE", "REWARDFLOW_SCHEMA_DIR", "REWARDFLOW_DEBUG", "REWARDFLOW_VENV",
+                             "REWARDFLOW_TEST_KAFKA_BOOTSTRAP"})
+"""Variables rewardflow reads that are not settings: the config file, the schema directory, tracebacks,
+``scripts/run.sh``'s virtualenv, the test suite's broker."""
+_warned: set[str] = set()
+
+
+def _field_of(key: str) -> str:
+    """The setting a config-file key names: ``web_port`` or ``REWARDFLOW_WEB_PORT``."""
+    low = key.lower()
+    return low.removeprefix("rewardflow_")
+
+
+def _did_you_mean(key: str, prefix: str = "") -> str:
+    close = difflib.get_close_matches(_field_of(key), list(Settings.model_fields), n=1, cutoff=0.75)
+    return f" (did you mean {prefix}{close[0].upper() if prefix else close[0]}?)" if close else ""
+
+
+def _warn_unknown_variables() -> None:
+    """Warn, once a process, of each ``REWARDFLOW_*`` variable that is no setting: a misspelt one is
+    otherwise ignored, and its default used."""
+    for name in sorted(os.environ):
+        if (name.startswith("REWARDFLOW_") and name not in OTHER_VARIABLES and name not in _warned
+                and _field_of(name) not in Settings.model_fields):
+            _warned.add(name)
+            log.warning("%s is not a rewardflow setting and is ignored%s", name, _did_you_mean(name, "REWARDFLOW_"))
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build settings from overrides, env and the optional config file.
 
@@ -335,9 +367,15 @@ def load_settings(**overrides: Any) -> Settings:
         raise SettingsError(f"REWARDFLOW_CONFIG_FILE={cfg} does not exist")
     if cfg:
         try:
-            tomllib.loads(Path(cfg).read_text())
+            table = tomllib.loads(Path(cfg).read_text())
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"REWARDFLOW_CONFIG_FILE={cfg} is not valid TOML: {exc}") from exc
+        unknown = [k for k in table if _field_of(k) not in Settings.model_fields]
+        if unknown:
+            raise SettingsError(f"REWARDFLOW_CONFIG_FILE={cfg}: unknown setting(s) "
+                                + ", ".join(f"{k!r}{_did_you_mean(k)}" for k in unknown)
+                                + "; a key is a setting's name (web_port) or its variable (REWARDFLOW_WEB_PORT)")
+    _warn_unknown_variables()
     try:
         return Settings(**overrides)
     except PydanticSettingsError as exc:  # a value the source cannot parse: a list or a map not written as JSON
