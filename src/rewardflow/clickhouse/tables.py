@@ -106,7 +106,7 @@ REWARDS = TableDef(
         C("surface", LC, "Product surface (agent, tab, ...)."),
         C("served_ts", "Int64", "Event time of InferenceServed, epoch ms."),
         C("finalised_wm", "Int64", "Watermark (epoch ms) that finalised the outcome."),
-        C("finalised_by", LC, "'watermark' | 'idle' | 'replay'."),
+        C("finalised_by", LC, "'watermark' | 'idle' | 'replay' | 'correction' (a signal after finalisation re-scored the turn)."),
         C("provisional", "UInt8", "1 = provisional outcome at an earlier horizon, 0 = final."),
         C("horizon_s", U32, "Last persistence horizon covered, seconds."),
         C("revision", U32, "0 = the outcome as first scored; n = its n-th correction by signals that came after "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "07577fb49e3662915c2de4525299dd34b21e899642c003aca8e2a546c54ff42b"
+TABLES_DIGEST = "a1dd171fb729e47718eb9df08cdc8c61c9763a5a38628866db8af2bf23e646ea"
 
 
 class EventRow(TypedDict):
@@ -73,7 +73,7 @@ class RewardRecord(TypedDict):
     served_ts: int
     # Watermark (epoch ms) that finalised the outcome.
     finalised_wm: int
-    # 'watermark' | 'idle' | 'replay'.
+    # 'watermark' | 'idle' | 'replay' | 'correction' (a signal after finalisation re-scored the turn).
     finalised_by: str
     # 1 = provisional outcome at an earlier horizon, 0 = final.
     provisional: int
