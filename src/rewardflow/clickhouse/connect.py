@@ -134,8 +134,9 @@ def open_reader(
                             cafile=settings.web_tls_certfile)
     pid = owner.pid if owner is not None and owner.pid else "another process"
     raise ReaderUnavailable(
-        f"chDB directory {target.path} is owned by process {pid} and its read endpoint {url} does not answer; "
-        "start that process with its read endpoint (the worker serves one) or stop it, then retry"
+        f"chDB directory {target.path} is owned by process {pid} and its read endpoint {url} does not answer: if "
+        "that process serves on another port, set REWARDFLOW_WEB_PORT (and REWARDFLOW_WEB_HOST) as it has them; "
+        "else start it with its read endpoint (rewardflow run serves one) or stop it, then retry"
     )
 
 
