@@ -142,7 +142,9 @@ class DemoRunner:
         from rewardflow.readapi.server import ReadServer
 
         self.reads = ReadServer(self.sink.dsn, self.settings).start()
-        settings = self.settings.model_copy(update={"collect_port": free_ports(1)[0]})
+        # the port configured (REWARDFLOW_COLLECT_PORT), else a free one: the default may be a running pipeline's
+        port = self.settings.collect_port if "collect_port" in self.settings.model_fields_set else free_ports(1)[0]
+        settings = self.settings.model_copy(update={"collect_port": port})
         edge = ChildProcess(settings, self.run_dir / "collector.log",
                             [sys.executable, "-c", "from rewardflow.cli.main import main; main()", "collect",
                              "--log-level", "WARNING"], cwd=self.run_dir, detach=True)
