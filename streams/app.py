@@ -428,6 +428,9 @@ class JoinWorker:
             self.watch.leave(f"raw partition(s) {', '.join(map(str, sorted(self._unrestored)))} were assigned without "
                         "their changelog partitions (the group leader's metadata lacks the changelog topic), so "
                         "their state would not be restored;", stalled=False)
+        raw = self.raw_topic.get_topic_name()
+        mine = sorted(tp.partition for tp in assigned if tp.topic == raw)
+        log.info("assigned %s partition(s) %s", raw, ", ".join(map(str, mine)) if mine else "none (a spare)")
         self.processors.clear()
         self._gaps.reset()
         self.watch.assigned()
