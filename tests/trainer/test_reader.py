@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -141,6 +142,29 @@ def test_through_the_owner_endpoint_same_answer(ch_db: ChDatabase) -> None:
         assert len(got) == 30
         assert RewardReader(trainer="remote", settle_s=0, reader=remote).cursor > 0
         assert list(RewardReader(trainer="remote", settle_s=0, reader=remote)) == []
+    finally:
+        server.stop()
+
+
+def test_an_export_whose_token_may_not_move_the_cursor_leaves_no_file(ch_db: ChDatabase, tmp_path: Path) -> None:
+    """The file is written before the cursor moves; when the endpoint refuses the move, the file goes too
+    (its rows are not behind the cursor), so the next export, with a token that may, writes it."""
+    from rewardflow.clickhouse.errors import AccessDenied
+    from rewardflow.trainer.export import export_parquet
+
+    insert(ch_db.client, [reward(i) for i in range(12)])
+    settings = ch_db.settings()
+    server = ReadServer(ch_db.dsn, settings, "127.0.0.1", 0).start()
+    out = tmp_path / "r.parquet"
+    try:
+        analyst = TokenStore(settings.home).create("analyst", "alice")[1]
+        reader = RewardReader(trainer="x9", settle_s=0, reader=RemoteReader(server.url, token=analyst, database=ch_db.name))
+        with pytest.raises(AccessDenied, match="--role trainer --trainer NAME"):
+            export_parquet(reader, out, commit=True)
+        assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+        trainer = TokenStore(settings.home).create("trainer", "job", "x9")[1]
+        reader = RewardReader(trainer="x9", settle_s=0, reader=RemoteReader(server.url, token=trainer, database=ch_db.name))
+        assert export_parquet(reader, out, commit=True).rows == 12 and reader.cursor > 0
     finally:
         server.stop()
 

@@ -95,7 +95,8 @@ def create_app(service: ReadService) -> FastAPI:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return PlainTextResponse(f"the body must be {{trainer, cursor, rows, filters}}: {exc}"[:300], 400)
         if not grant.may_move(trainer):
-            return PlainTextResponse(f"forbidden: this token may not move the cursor of {trainer[:128]!r}", 403)
+            return PlainTextResponse(f"forbidden: this token may not move the cursor of {trainer[:128]!r} (a token "
+                                     f"that may: rewardflow tokens create --role trainer --trainer NAME)", 403)
         try:
             await run_in_threadpool(_advance, service, database, trainer, position, rows, filters)
         except (CursorError, ValueError) as exc:

@@ -5,7 +5,8 @@ iteration are written to ``<out>.partial`` and renamed to ``out`` only after
 the file is complete and closed; the reader's cursor is committed only after
 that rename (when ``commit``). So a crash leaves either no file and no cursor
 move, or the whole file and possibly no cursor move (the next export repeats
-those rows) - never a cursor past rows that are not in a file.
+those rows) - never a cursor past rows that are not in a file. A token that may not move the cursor
+(:class:`~rewardflow.clickhouse.errors.AccessDenied`) leaves no file either.
 
 The file has the reader's columns: the record columns, ``_seq`` and the lineage columns
 (:mod:`rewardflow.lineage.columns`); the reader's filters, ``max_policy_lag`` among them, decide
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from rewardflow.clickhouse.errors import AccessDenied
 from rewardflow.trainer.reader import RewardReader
 
 
@@ -64,5 +66,9 @@ def export_parquet(
             writer.close()
         if partial.exists():
             partial.unlink()
-    cursor = reader.commit() if commit else None
+    try:
+        cursor = reader.commit() if commit else None
+    except AccessDenied:  # the cursor stayed where it was: the file's rows are not behind it, and a retry writes it
+        out.unlink()
+        raise
     return ExportResult(rows, out, out.stat().st_size, time.perf_counter() - started, cursor)
