@@ -58,3 +58,12 @@ def test_more_workers_than_partitions_are_told_to_idle_as_spares(tmp_path: Path)
                               check=False)
     assert proc.returncode != 0
     assert "--workers 5 for 2 partitions (REWARDFLOW_PARTITIONS): 3 of them will hold no partition" in proc.stderr
+
+
+def test_the_status_line_shows_what_was_not_scored_beside_what_was_written() -> None:
+    from rewardflow.cli.run import status_fields
+
+    sink = {"rows_written": {"events": 15_530, "late_events": 15_518, "rewards": 0}, "retries": 0}
+    assert status_fields(2, sink, None) == {"workers_alive": 2, "rows_written": 31_048, "rewards": 0, "late": 15_518,
+                                            "dead_letters": 0, "excluded": 0, "sink_retries": 0, "lag_raw": "unknown"}
+    assert status_fields(None, None, 7) == {"lag_raw": 7}

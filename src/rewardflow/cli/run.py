@@ -88,18 +88,30 @@ class StatusLine(threading.Thread):
         from rewardflow.kafka.lag import group_lag
 
         while not self.stopped.wait(self.interval):
-            fields: dict[str, Any] = {}
-            workers = self.parts.get("workers")
-            if workers is not None:
-                fields["workers_alive"] = workers.alive
-            sink = self.parts.get("sink")
-            if sink is not None:
-                snap = sink.metrics.snapshot()
-                fields["rows_written"] = sum(snap["rows_written"].values())
-                fields["sink_retries"] = snap["retries"]
-            fields["lag_raw"] = group_lag(self.settings.kafka_client_config(), self.settings.topic("worker"),
-                                          self.settings.topic(T.RAW))
+            workers, sink = self.parts.get("workers"), self.parts.get("sink")
+            lag = group_lag(self.settings.kafka_client_config(), self.settings.topic("worker"),
+                            self.settings.topic(T.RAW))
+            fields = status_fields(None if workers is None else workers.alive,
+                                   None if sink is None else sink.metrics.snapshot(), lag)
             log.info("status " + " ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+def status_fields(workers_alive: int | None, sink: dict[str, Any] | None, lag_raw: int | None) -> dict[str, Any]:
+    """The fields of a status line: workers alive, the rows the sink wrote (and, beside them, the rows of what
+    was not scored: a pipeline whose events all arrive late looks busy otherwise), the raw topic's lag
+    (``unknown`` when Kafka did not answer)."""
+    fields: dict[str, Any] = {}
+    if workers_alive is not None:
+        fields["workers_alive"] = workers_alive
+    if sink is not None:
+        written = sink["rows_written"]
+        fields["rows_written"] = sum(written.values())
+        for table, name in (("rewards", "rewards"), ("late_events", "late"), ("dead_letters", "dead_letters"),
+                            ("exclusions", "excluded")):
+            fields[name] = written.get(table, 0)
+        fields["sink_retries"] = sink["retries"]
+    fields["lag_raw"] = "unknown" if lag_raw is None else lag_raw
+    return fields
 
 
 def command(
