@@ -71,3 +71,22 @@ def test_strict_exits_1_on_a_rejected_line(tmp_path: Path, kafka_broker: Any, un
 def test_missing_file_is_a_usage_error() -> None:
     result = runner.invoke(app, ["emit", "/nonexistent/events.jsonl"])
     assert result.exit_code == 2
+
+
+@pytest.mark.kafka
+@pytest.mark.clickhouse
+@pytest.mark.timeout(120)
+def test_a_file_older_than_the_pipelines_events_is_warned_of(kafka_broker: Any, unique_topic: Callable[..., str],
+                                                            ch_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rewardflow.clickhouse.tables import EVENTS
+    from tests.clickhouse.rows import event_row
+
+    monkeypatch.setenv("REWARDFLOW_CLICKHOUSE_DSN", ch_db.dsn.secret)
+    first = min(orjson.loads(line)["ts"] for line in sample_lines())
+    row = event_row(0, ts=first + 48 * 3_600_000)
+    ch_db.client.insert("events", [[row[n] for n in EVENTS.record_columns]],  # type: ignore[literal-required]
+                        column_names=list(EVENTS.record_columns))
+    result = runner.invoke(app, ["emit", str(SAMPLE), "--topic", unique_topic("cli-emit-late"),
+                                 "--bootstrap", kafka_broker.bootstrap])
+    assert result.exit_code == 0, result.output
+    assert "48.0 h after the file's earliest event" in " ".join(result.stderr.split()), result.stderr

@@ -43,18 +43,18 @@ def test_bad_options_exit_2() -> None:
 
 @pytest.mark.clickhouse
 def test_a_simulation_older_than_the_pipelines_events_is_warned_of(ch_db: ChDatabase) -> None:
-    from rewardflow.cli.simulate import _warn_if_late
+    from rewardflow.cli.lateness import warn_if_late
 
     settings = ch_db.settings()
     console = Console(record=True, width=400)
-    _warn_if_late(settings, T0, console)
+    warn_if_late(settings, T0, console, "this simulation's first", "pace it")
     assert console.export_text() == ""  # no event stored yet
     rows: list[Any] = [event_row(i, ts=T0 + 3_600_000 + i) for i in range(3)]
     ch_db.client.insert("events", [[r[n] for n in EVENTS.record_columns] for r in rows],
                         column_names=list(EVENTS.record_columns))
-    _warn_if_late(settings, T0 + 3_600_000, console)
+    warn_if_late(settings, T0 + 3_600_000, console, "this simulation's first", "pace it")
     assert console.export_text() == ""  # the simulation starts where the pipeline's events are
-    _warn_if_late(settings, T0, console)
+    warn_if_late(settings, T0, console, "this simulation's first", "pace it in real time (--time-scale 1)")
     text = console.export_text()
     assert "warning:" in text and "1.0 h after this simulation's first" in text and "--time-scale 1" in text
     assert f"through this topic prefix ({settings.topic_prefix or 'none'})" in text

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from rewardflow.client import BufferFull, EventProducer, ProducerConfig, ProducerStats, UndeliveredEvents
 from rewardflow.events.errors import EventError, InvalidEvent
+from rewardflow.cli.lateness import warn_if_late
 from rewardflow.cli.run import ensure_kafka
 from rewardflow.settings import load_settings
 
@@ -45,6 +46,7 @@ class Outcome:
     rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (line, field, reason)
     not_sent: int = 0  # lines never emitted because the producer stayed full
     stats: ProducerStats = field(default_factory=ProducerStats)
+    first_ts: int | None = None  # the earliest event time emitted
 
     @property
     def failed(self) -> int:
@@ -79,6 +81,8 @@ def command(
     console = Console(stderr=True)
     outcome = _send(file, producer, console)
     _report(outcome, producer.config.topic)
+    if outcome.first_ts is not None:
+        warn_if_late(settings, outcome.first_ts, console, "the file's earliest event", "date the events now")
     if outcome.failed or (strict and outcome.rejected):
         raise typer.Exit(1)
 
@@ -95,7 +99,11 @@ def _send(file: Path, producer: EventProducer, console: Console) -> Outcome:
             if not line.strip():
                 continue
             try:
-                producer.emit(orjson.loads(line))
+                event = orjson.loads(line)
+                producer.emit(event)
+                ts = event.get("ts") if isinstance(event, dict) else None
+                if type(ts) is int and (outcome.first_ts is None or ts < outcome.first_ts):
+                    outcome.first_ts = ts
             except orjson.JSONDecodeError as exc:
                 outcome.rejected.append((number, "<line>", f"not JSON: {exc}"))
             except InvalidEvent as exc:

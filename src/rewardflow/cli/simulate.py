@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from rewardflow.cli.lateness import warn_if_late
 from rewardflow.kafka import topics
 from rewardflow.settings import Settings, load_settings
 from rewardflow.sim.config import ab_config, default_start_ms
@@ -55,35 +56,6 @@ def _check_broker(settings: Settings, topic: str) -> None:
         raise _fail(f"Kafka at {settings.kafka_bootstrap} stopped answering ({exc})") from None
     if topic not in meta.topics:
         raise _fail(f"topic {topic} does not exist on {settings.kafka_bootstrap}; create the topics first")
-
-
-def _warn_if_late(settings: Settings, start_ms: int, console: Console) -> None:
-    """Warn when the pipeline's stored events are already past ``start_ms``: its partitions' clocks are,
-    so the simulation's events would be late (excluded, not scored). Silent when no database answers."""
-    from rewardflow.clickhouse.connect import as_dsn, open_reader
-
-    dsn = as_dsn(settings.dsn)
-    if dsn.embedded and (dsn.path is None or not dsn.path.exists()):
-        return  # no pipeline has stored anything here (and opening the engine would make the directory)
-    try:
-        reader = open_reader(settings)
-        try:
-            newest = reader.query_arrow("SELECT max(ts) AS t, count() AS n FROM events")
-        finally:
-            reader.close()
-    except Exception:  # noqa: BLE001 - no pipeline database yet, or none reachable: nothing to compare with
-        return
-    if not newest.column("n")[0].as_py():
-        return
-    t = int(newest.column("t")[0].as_py())
-    if t - settings.allowed_lateness_ms <= start_ms:
-        return
-    at = time.strftime("%Y-%m-%d %H:%M", time.gmtime(t / 1000))
-    console.print(f"[yellow]warning:[/] the events stored under this REWARDFLOW_HOME reach {at} UTC, "
-                  f"{(t - start_ms) / 3.6e6:.1f} h after this simulation's first. If they came through this topic "
-                  f"prefix ({settings.topic_prefix or 'none'}), its partitions' clocks are past most of this simulation, "
-                  "so most of its events will be late (excluded, not scored): send it to a fresh pipeline (another "
-                  "REWARDFLOW_HOME and REWARDFLOW_TOPIC_PREFIX), or pace it in real time (--time-scale 1).")
 
 
 def _warn_if_ahead(settings: Settings, start_ms: int, safe_ms: int, console: Console) -> None:
@@ -159,7 +131,7 @@ def command(
             pass
     else:
         _check_broker(settings, settings.topic(topics.RAW))
-        _warn_if_late(settings, cfg.start_ms, console)
+        warn_if_late(settings, cfg.start_ms, console, "this simulation's first", "pace it in real time (--time-scale 1)")
         if start_ms is not None:
             _warn_if_ahead(settings, start_ms, safe_ms, console)
         from rewardflow.client import ProducerError
