@@ -84,7 +84,7 @@ def test_a_file_older_than_the_pipelines_events_is_warned_of(kafka_broker: Any, 
     monkeypatch.setenv("REWARDFLOW_CLICKHOUSE_DSN", ch_db.dsn.secret)
     first = min(orjson.loads(line)["ts"] for line in sample_lines())
     row = event_row(0, ts=first + 48 * 3_600_000)
-    ch_db.client.insert("events", [[row[n] for n in EVENTS.record_columns]],  # type: ignore[literal-required]
+    ch_db.client.insert("events", [[row[n] for n in EVENTS.record_columns]],
                         column_names=list(EVENTS.record_columns))
     result = runner.invoke(app, ["emit", str(SAMPLE), "--topic", unique_topic("cli-emit-late"),
                                  "--bootstrap", kafka_broker.bootstrap])
