@@ -329,9 +329,10 @@ def tick_key(settings: Settings) -> bytes:
 
 
 OTHER_VARIABLES = frozenset({"REWARDFLOW_CONFIG_FILE", "REWARDFLOW_SCHEMA_DIR", "REWARDFLOW_DEBUG", "REWARDFLOW_VENV",
-                             "REWARDFLOW_TEST_KAFKA_BOOTSTRAP"})
+                             "REWARDFLOW_TEST_KAFKA_BOOTSTRAP", "REWARDFLOW_KEY"})
 """Variables rewardflow reads that are not settings: the config file, the schema directory, tracebacks,
-``scripts/run.sh``'s virtualenv, the test suite's broker."""
+``scripts/run.sh``'s virtualenv, the test suite's broker; and the ingest key the TypeScript client's examples
+read."""
 _warned: set[str] = set()
 
 
