@@ -23,7 +23,7 @@ from tests.conftest_clickhouse import ChDatabase
 from tests.conftest_kafka import SessionBroker
 from tests.core.feed import Feed
 from tests.factories import ev, turn
-from tests.readapi.test_server import _closed_now
+from tests.slowclients import closed_now, trickle
 from tests.streams.kafka_io import read_raw
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
@@ -272,19 +272,8 @@ def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline_without_a_key
         start = (b"POST /v1/events HTTP/1.1\r\nHost: x\r\nX-a: " if part == "head" else
                  b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
         sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]
-        for sock in sockets:
-            sock.sendall(start)
-        still_open, rounds = sockets, 0
-        while still_open and rounds < 25:
-            time.sleep(0.4)  # a byte now and then, each within the idle timeout
-            rounds += 1
-            for sock in still_open:
-                try:
-                    sock.sendall(b"a")
-                except OSError:
-                    pass
-            still_open = [sock for sock in still_open if not _closed_now(sock)]
-        assert not still_open, f"{len(still_open)} slow requests still open after {rounds * 0.4:.1f} s"
+        still_open = trickle(sockets, start, 10.0)
+        assert not still_open, f"{len(still_open)} slow requests still open after 10 s"
         for sock in sockets:
             sock.close()
         assert post_events(collector.url, None, [ev("FollowUp")])[0] == 401  # still serving
@@ -309,7 +298,7 @@ def test_a_request_head_over_its_limit_is_refused_and_connections_over_the_edges
             answer = flood.recv(1024)
         except OSError:
             pass
-        assert sent < 4 * 1024 * 1024 or answer.startswith(b"HTTP/1.1 400") or _closed_now(flood)
+        assert sent < 4 * 1024 * 1024 or answer.startswith(b"HTTP/1.1 400") or closed_now(flood)
         assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:80]
         flood.close()
         held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(16)]

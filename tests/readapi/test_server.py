@@ -28,6 +28,7 @@ from rewardflow.readapi.server import ReadServer
 from rewardflow.readapi.tokens import TokenStore, read_local_token
 from rewardflow.settings import Settings
 from tests.conftest_clickhouse import ChDatabase, free_port
+from tests.slowclients import closed_now, trickle
 
 pytestmark = pytest.mark.clickhouse
 
@@ -398,17 +399,7 @@ def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline(ch_db: ChData
                  b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nSELECT ")
         sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]  # every slot
         began = time.monotonic()
-        for s in sockets:
-            s.sendall(start)
-        still_open = sockets
-        while still_open and time.monotonic() - began < 6:
-            time.sleep(0.4)  # a byte now and then, each within the idle timeout
-            for s in still_open:
-                try:
-                    s.sendall(b"a")
-                except OSError:
-                    pass
-            still_open = [s for s in still_open if not _closed_now(s)]
+        still_open = trickle(sockets, start, 6.0)
         took = time.monotonic() - began
         assert not still_open, f"{len(still_open)} slow requests still open after {took:.1f} s"
         assert took < (2.0 if part == "head" else 3.5)  # the head's deadline, or the whole request's
@@ -423,7 +414,7 @@ def test_one_client_address_holds_at_most_its_share_of_the_connections(ch_db: Ch
         host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
         sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(24)]
         time.sleep(0.5)
-        held = [s for s in sockets if not _closed_now(s)]
+        held = [s for s in sockets if not closed_now(s)]
         assert len(held) == 16  # the rest closed at once, not after the idle timeout
         with pytest.raises(OSError):  # a request on one more connection: closed at once
             post(f"{server.url}/query", b"SELECT 1", grant(settings))
@@ -440,24 +431,9 @@ def test_loopback_addresses_share_one_clients_share_of_the_connections(ch_db: Ch
         sockets = [socket.create_connection((host, int(port)), timeout=5, source_address=(f"127.0.0.{2 + i % 4}", 0))
                    for i in range(16)]  # four addresses of this host, four connections each
         time.sleep(0.5)
-        assert len([s for s in sockets if not _closed_now(s)]) == 8
+        assert len([s for s in sockets if not closed_now(s)]) == 8
         for s in sockets:
             s.close()
-
-
-def _closed_now(s: socket.socket) -> bool:
-    """Whether the server closed ``s`` (what it answered before that, a 401 say, is read and dropped)."""
-    s.setblocking(False)
-    try:
-        while s.recv(65536):
-            pass
-        return True
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    finally:
-        s.setblocking(True)
 
 
 def _closed(s: socket.socket) -> bool:
