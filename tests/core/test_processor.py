@@ -414,6 +414,8 @@ def test_a_rebuilt_partition_resumes_its_idle_clock_from_the_watermark_its_ticks
     for _ in range(30):  # a new owner every 3 s of wall time, each ticking its clock on while it holds it
         p.rebuild(0, Outputs())
         p.last_event_wall = wall  # (the shell's: idle time counts from when the partition was taken)
+        p.process(*json_record(ev("InferenceServed", "r1", ts=T0)), offset, wall)  # a duplicate moves no clock
+        offset += 1
         for _ in range(3):
             wall += 1_000
             target = p.idle_target(wall, 1_000, 1.0)
@@ -421,6 +423,28 @@ def test_a_rebuilt_partition_resumes_its_idle_clock_from_the_watermark_its_ticks
                 p.process(orjson.dumps({"wm": target}), TICK_H, offset, wall)
                 offset += 1
     assert p.wm >= T0 - CFG.lateness_ms + 60_000  # 90 s of wall time: the clock moved on across 30 owners
+
+
+def test_a_record_that_fails_leaves_the_idle_clock_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch is run again from the state before it; the idle clock (wall-time bookkeeping) goes on as it
+    was, not counting the partition's idle hour a second time from the watermark its ticks reached."""
+    p = PartitionProcessor(CFG, SPECS, EncodedStore(check=False), "raw", 0)
+    p.process(*json_record(ev("InferenceServed", "r1", ts=T0)), 0, 5_000)
+    hour = 3_600_000
+    target = p.idle_target(5_000 + hour, 1_000, 1.0)
+    assert target == T0 - CFG.lateness_ms + hour
+    p.process(orjson.dumps({"wm": target}), TICK_H, 1, 5_000 + hour)
+    real = PartitionProcessor._apply
+
+    def apply(self: PartitionProcessor, st: Any, ev_: Any, *args: Any) -> None:
+        if ev_.request_id == "poison":
+            raise RuntimeError("boom")
+        real(self, st, ev_, *args)
+
+    monkeypatch.setattr(PartitionProcessor, "_apply", apply)
+    out = p.process(*json_record(ev("FollowUp", "poison", ts=T0 - 10)), 2, 5_000 + hour + 1_000)
+    assert [d["reason_code"] for d in out.dead] == ["processing_error"]
+    assert p.idle_target(5_000 + hour + 60_000, 1_000, 1.0) == T0 - CFG.lateness_ms + hour + 60_000
 
 
 def test_events_that_keep_pace_with_the_wall_clock_keep_a_partition_active() -> None:

@@ -133,6 +133,7 @@ class PartitionProcessor:
         keep = None if committed is None else min(committed, low)
         self._mark(low, keep)
         failed: dict[int, Exception] = {}
+        idle_clock = self.last_event_wall, self._paced_ts  # (wall-time bookkeeping: a re-run starts from it again)
         while True:
             before, at = out.lengths(), -1
             cache: dict[str, SessionState] = {}
@@ -154,6 +155,7 @@ class PartitionProcessor:
                 out.truncate(before)
                 forget()  # the store's bytes are the state before this batch: decode them afresh
                 self.rebuild(low, Outputs())  # (what rebuild re-emits is in ``out`` already, if anything)
+                self.last_event_wall, self._paced_ts = idle_clock
                 self._mark(low, keep)
         self._write(cache, committed)
         return out
@@ -181,7 +183,8 @@ class PartitionProcessor:
             self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
             paced = self._paced_ts
             if paced is None or 2 * (self.maxts - paced) >= now_ms - self.last_event_wall:
-                self.last_event_wall, self._paced_ts = now_ms, self.maxts  # (see idle_target)
+                # (see idle_target; the event time the watermark stands for, ticks included)
+                self.last_event_wall, self._paced_ts = now_ms, max(self.maxts, self.wm + self.cfg.lateness_ms)
             by = "watermark"
         self._settle_due(offset, by, cache, touched, out)
         self._close_windows(offset, out)
