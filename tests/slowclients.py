@@ -6,8 +6,9 @@ import socket
 import time
 
 
-def trickle(sockets: list[socket.socket], start: bytes, seconds: float, every: float = 0.4) -> list[socket.socket]:
-    """Send ``start`` on each socket, then a byte on each every ``every`` seconds (within any idle timeout)
+def trickle(sockets: list[socket.socket], start: bytes, seconds: float, every: float = 0.4,
+            drip: bytes = b"a") -> list[socket.socket]:
+    """Send ``start`` on each socket, then ``drip`` on each every ``every`` seconds (within any idle timeout)
     until the server has closed them all or ``seconds`` passed; returns those still open."""
     for sock in sockets:
         sock.sendall(start)
@@ -16,7 +17,7 @@ def trickle(sockets: list[socket.socket], start: bytes, seconds: float, every: f
         time.sleep(every)
         for sock in still_open:
             try:
-                sock.sendall(b"a")
+                sock.sendall(drip)
             except OSError:
                 pass
         still_open = [sock for sock in still_open if not closed_now(sock)]

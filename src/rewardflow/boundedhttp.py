@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import cast
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -23,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 16_384  # a request head's bytes, as h11's default
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
 def client_of(address: str) -> str:
@@ -64,12 +65,14 @@ class _Bounds:
     request_timeout = 30.0
     send_timeout = 60.0
     per_client = 64
+    max_connections = 0  # 0: uvicorn's limit_concurrency alone
     open_by_client: dict[str, int] = {}  # (each server's subclass has its own)
     settings = "REWARDFLOW_READ"
     # (set by the uvicorn protocol this is mixed into)
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: tuple[str, int] | None
+    connections: set[Any]  # (uvicorn's server state: every open connection of the server)
     timeout_keep_alive: int
     timeout_keep_alive_task: asyncio.TimerHandle | None
 
@@ -84,6 +87,13 @@ class _Bounds:
             log.info("closing a connection from %s: it holds %d already (%s_MAX_CLIENT_CONNECTIONS)",
                      self._address, held - 1, self.settings)
             transport.close()
+        elif self.max_connections and len(self.connections) > self.max_connections:
+            # at once, not once a request head is in (as uvicorn's limit_concurrency answers): a connection
+            # that never sends one would hold an open file until its deadline
+            log.debug("refusing a connection from %s: %d open (%s_MAX_CONNECTIONS)", self._address,
+                      len(self.connections) - 1, self.settings)
+            self.transport.write(_BUSY)
+            self.transport.close()
 
     def _idle(self) -> None:
         if not self.transport.is_closing():
@@ -172,28 +182,46 @@ class BoundedProtocol(_Bounds, H11Protocol):
 
 class BoundedHttpToolsProtocol(_Bounds, HttpToolsProtocol):
     """uvicorn's httptools protocol (its C parser: about half the CPU of h11 a request) with the bounds of
-    :class:`_Bounds`, and a request head over :data:`MAX_HEAD_BYTES` (and the bytes read with it) refused
-    with 400, which httptools alone does not bound."""
+    :class:`_Bounds`, and a request head over :data:`MAX_HEAD_BYTES` refused with 400 (httptools alone
+    bounds neither): counted as the parser hands it over (request target, each header with its separators),
+    so no read, however large, carries more of it, and by the bytes read while it is due, since the parser
+    keeps an unfinished header to itself (at most one read, up to 256 KiB, beyond the limit)."""
 
-    _head_bytes = -1  # bytes read while the head was open; -1: no head coming in
+    _head_bytes = -1  # the head's bytes handed over so far; -1: no head coming in
+    _read_in_head = 0  # bytes read while a head was due (the parser keeps an unfinished header to itself)
     _open = False  # a request has begun and is not all in
+    _stray = False  # bytes came with no request begun (blank lines, which the parser skips): a head is due
 
     def data_received(self, data: bytes) -> None:
-        counted = self._head_bytes >= 0
-        if counted:
-            self._head_bytes += len(data)
+        if not self._open:
+            self._stray = True
+        if not self._open or self._head_bytes >= 0:
+            self._read_in_head += len(data)
         super().data_received(data)
-        if counted and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+        if self._head_open() and self._read_in_head > MAX_HEAD_BYTES and not self.transport.is_closing():
             self.send_400_response(f"request head over {MAX_HEAD_BYTES} bytes")
-        elif self._open:
+        elif self._open or self._stray:
             self._began()  # armed only for a request that did not come in whole: most do, and cost no timer
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_bytes, self._open = 0, True
+        self._head_bytes, self._open, self._stray = 0, True, False
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def _count(self, n: int) -> None:
+        self._head_bytes += n
+        if self._head_bytes > MAX_HEAD_BYTES:  # the parser stops, and uvicorn answers 400 and closes
+            raise ValueError(f"request head over {MAX_HEAD_BYTES} bytes")
 
     def on_headers_complete(self) -> None:
-        self._head_bytes = -1
+        self._head_bytes, self._read_in_head = -1, 0
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -202,18 +230,19 @@ class BoundedHttpToolsProtocol(_Bounds, HttpToolsProtocol):
         self._disarm()
 
     def _head_open(self) -> bool:
-        return self._head_bytes >= 0
+        return self._head_bytes >= 0 or self._stray
 
     def _request_open(self) -> bool:
-        return self._open
+        return self._open or self._stray
 
 
 def bounded_protocol(settings: str, *, head_timeout: float, request_timeout: float, send_timeout: float,
-                     per_client: int, parser: str = "h11") -> type[asyncio.Protocol]:
+                     per_client: int, max_connections: int = 0, parser: str = "h11") -> type[asyncio.Protocol]:
     """A bounded protocol of one server (``parser``: ``h11``, or ``httptools`` where the CPU a request matters):
-    its deadlines, its connections per client (counted apart from every other server's) and the prefix of
-    its settings' variables, for the logs."""
+    its deadlines, its connections per client (counted apart from every other server's) and in all (beyond
+    ``max_connections`` a new one gets 503 and is closed at once; 0: none), and the prefix of its settings'
+    variables, for the logs."""
     base = BoundedHttpToolsProtocol if parser == "httptools" else BoundedProtocol
     return cast(type[asyncio.Protocol], type("BoundedProtocol", (base,), {
         "head_timeout": head_timeout, "request_timeout": request_timeout, "send_timeout": send_timeout,
-        "per_client": per_client, "open_by_client": {}, "settings": settings}))
+        "per_client": per_client, "max_connections": max_connections, "open_by_client": {}, "settings": settings}))

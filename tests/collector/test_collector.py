@@ -261,7 +261,7 @@ def _edge_of(kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str, 
     return Collector(settings, keys_from_client(ch_db.client), port=0)
 
 
-@pytest.mark.parametrize("part", ["head", "body"])
+@pytest.mark.parametrize("part", ["head", "body", "blank lines"])
 def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline_without_a_key(
         kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str, part: str) -> None:
     """A client that sends a byte now and then, never finishing its request, holds a connection (an open
@@ -269,14 +269,42 @@ def test_a_request_sent_a_byte_at_a_time_is_closed_at_its_deadline_without_a_key
     with _edge_of(kafka_broker, ch_db, unique_group, collect_idle_timeout_s=1.0,
                   collect_request_timeout_s=2.5) as collector:
         host, port = collector.url.rsplit("/", 1)[-1].rsplit(":", 1)
-        start = (b"POST /v1/events HTTP/1.1\r\nHost: x\r\nX-a: " if part == "head" else
-                 b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        start = {"head": b"POST /v1/events HTTP/1.1\r\nHost: x\r\nX-a: ", "blank lines": b"\r\n",
+                 "body": b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"}[part]
         sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]
-        still_open = trickle(sockets, start, 10.0)
+        # (blank lines before a request are skipped by the parser: each one must still count as a head begun)
+        still_open = trickle(sockets, start, 10.0, drip=b"\r\n" if part == "blank lines" else b"a")
         assert not still_open, f"{len(still_open)} slow requests still open after 10 s"
         for sock in sockets:
             sock.close()
         assert post_events(collector.url, None, [ev("FollowUp")])[0] == 401  # still serving
+
+
+@pytest.mark.parametrize("head", ["many headers", "a long target"])
+def test_a_request_head_over_16_kib_in_one_read_is_refused(kafka_broker: SessionBroker, ch_db: ChDatabase,
+                                                          unique_group: str, head: str) -> None:
+    """The head is counted as the parser reads it, not by the reads that carry it: a head sent whole in one
+    large write is refused as one sent a byte at a time."""
+    with _edge_of(kafka_broker, ch_db, unique_group) as collector:
+        host, port = collector.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        if head == "many headers":
+            request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(5_000))
+        else:
+            request = b"GET /healthz?" + b"a" * 40_000 + b" HTTP/1.1\r\nHost: x\r\n"
+        try:
+            sock.sendall(request + b"\r\n")
+        except OSError:
+            pass  # refused and closed before all of it was sent
+        answer = b""
+        try:
+            answer = sock.recv(1024)
+        except OSError:
+            pass
+        sock.close()
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:80]
+        with urllib.request.urlopen(f"{collector.url}/healthz", timeout=5) as resp:  # a head within the limit
+            assert resp.status == 200
 
 
 def test_a_request_head_over_its_limit_is_refused_and_connections_over_the_edges_are_answered_503(

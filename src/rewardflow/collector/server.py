@@ -85,6 +85,7 @@ class Collector:
         protocol = bounded_protocol("REWARDFLOW_COLLECT", head_timeout=settings.collect_idle_timeout_s,
                                     request_timeout=settings.collect_request_timeout_s, send_timeout=60.0,
                                     per_client=settings.collect_max_client_connections or settings.collect_max_connections,
+                                    max_connections=settings.collect_max_connections,
                                     parser="httptools")  # its C parser: the edge's requests are many and small
         self._server = uvicorn.Server(uvicorn.Config(
             create_app(settings, self.keys, self.producer, self.metrics), http=protocol, lifespan="off",

@@ -89,7 +89,8 @@ class ReadServer:
         protocol = bounded_protocol("REWARDFLOW_READ", head_timeout=settings.read_idle_timeout_s,
                                     request_timeout=settings.read_request_timeout_s,
                                     send_timeout=settings.read_send_timeout_s,
-                                    per_client=settings.read_max_client_connections)
+                                    per_client=settings.read_max_client_connections,
+                                    max_connections=settings.read_max_connections)
         self._config = uvicorn.Config(
             create_app(self.service), http=protocol, lifespan="off", log_level="warning",
             access_log=False, limit_concurrency=settings.read_max_connections,
