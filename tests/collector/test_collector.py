@@ -89,7 +89,8 @@ def test_a_key_opening_sessions_faster_than_its_session_rate_gets_429(kafka_brok
 def test_a_key_sending_free_text_faster_than_its_text_rate_gets_429_and_another_key_does_not(
         kafka_broker: SessionBroker, ch_db: ChDatabase, unique_group: str) -> None:
     settings = ch_db.settings(kafka_bootstrap=kafka_broker.bootstrap, topic_prefix=f"{unique_group}.", partitions=2,
-                              collect_rate_text_chars_per_s=1.0, collect_rate_text_burst=20_000)
+                              collect_rate_text_chars_per_s=1.0, collect_rate_text_burst=20_000,
+                              collect_rate_events_per_s=0.01, collect_rate_burst=4)
     ensure_topics(settings)
     keys = IngestKeys(ch_db.client)
     (_, greedy), (_, other) = keys.create("org", "greedy"), keys.create("org", "other")
@@ -99,11 +100,12 @@ def test_a_key_sending_free_text_faster_than_its_text_rate_gets_429_and_another_
         status, body, headers = post_events(collector.url, greedy, [ev("FollowUp", "r2", text_redacted=text)])
         assert status == 429 and "REWARDFLOW_COLLECT_RATE_TEXT_CHARS_PER_S" in body["error"]
         assert int(headers["retry-after"]) >= 1
-        assert post_events(collector.url, greedy, [ev("FollowUp", "r3")])[0] == 202  # events without text pass
+        # events without text pass, and the refused request spent none of the key's 4 events
+        assert [post_events(collector.url, greedy, [ev("FollowUp", f"r3{i}")])[0] for i in range(3)] == [202] * 3
         assert post_events(collector.url, other, [ev("FollowUp", "r4", text_redacted=text)])[0] == 202
         status, body, _ = post_events(collector.url, other, [ev("FollowUp", f"r{i}", text_redacted=text) for i in (5, 6)])
         assert status == 413 and "REWARDFLOW_COLLECT_RATE_TEXT_BURST" in body["error"]
-    assert sorted(e["request_id"] for e in _produced(settings)) == ["r1", "r3", "r4"]
+    assert sorted(e["request_id"] for e in _produced(settings)) == ["r1", "r30", "r31", "r32", "r4"]
 
 
 def test_the_edge_serves_others_while_a_request_is_judged(edge: Edge, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -174,10 +174,12 @@ class Ingest:
         try:
             doc = decode_json(body, EVENTS_SHAPE)
             events = doc["events"] if isinstance(doc.get("events"), list) else []
-            if len(events) <= s.collect_max_events and (
-                    (refused := self.admit_rate(key_id, len(events))) is not None
-                    or (refused := self.admit_text(key_id, events)) is not None):
-                return refused
+            if len(events) <= s.collect_max_events:
+                if (refused := self.admit_rate(key_id, len(events))) is not None:
+                    return refused
+                if (refused := self.admit_text(key_id, events)) is not None:
+                    self.limiter.give_back(key_id, len(events))  # refused for its text: its events cost nothing
+                    return refused
             judge = partial(admit, doc, org_id, received_at, max_events=s.collect_max_events,
                             tolerance_ms=s.collect_clock_tolerance_ms, max_record_bytes=s.max_record_bytes)
             # a request with much free text is judged off the event loop: scrubbing takes up to a second or two

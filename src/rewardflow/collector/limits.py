@@ -46,6 +46,12 @@ class RateLimiter:
             self._buckets[key] = (level - n, now)
             return 0.0
 
+    def give_back(self, key: str, n: int) -> None:
+        """Return ``n`` taken by a request refused afterwards for another reason (never above the burst)."""
+        with self._lock:
+            level, at = self._buckets.get(key, (float(self.burst), time.monotonic()))
+            self._buckets[key] = (min(float(self.burst), level + n), at)
+
 
 class SessionGate:
     """How fast each key may open sessions: a token bucket of *new* session ids per key (``rate`` per second,
