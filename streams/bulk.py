@@ -128,6 +128,8 @@ async def fetch(consumer: Any, timeout: float) -> tuple[list[tuple[Any, list[Any
     if not consumer.flow_active:
         LOOP.enter("waiting for the flow to resume")  # (Faust's fetch waits for it)
     records, active = await consumer._wait_next_records(timeout)
+    if active is not None and not active and not consumer.assignment():
+        keep_membership(consumer)
     generation = consumer.app.consumer_generation_id
     if records is None or consumer.should_stop:
         return [], generation
@@ -140,6 +142,15 @@ async def fetch(consumer: Any, timeout: float) -> tuple[list[tuple[Any, list[Any
     buffered = consumer._buffered_partitions
     return [(tp, recs) for tp, recs in records.items()
             if active is None or tp in active or tp in buffered], generation
+
+
+def keep_membership(consumer: Any) -> None:
+    """Keep a spare (a member holding no partition) in the group: Faust never fetches for it, and aiokafka
+    counts the time since the last fetch as a stuck poll loop, so past ``broker_max_poll_interval``
+    (1,000 s) the spare left the group, silently and for good, and the group rebalanced. Marking a fetch
+    restarts that clock; a member that holds partitions keeps the check."""
+    with consumer._thread._ensure_consumer()._subscription.fetch_context():
+        pass
 
 
 def ack_all(consumer: Any, messages: Iterable[Any]) -> int:
