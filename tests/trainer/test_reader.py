@@ -162,9 +162,16 @@ def test_an_export_whose_token_may_not_move_the_cursor_leaves_no_file(ch_db: ChD
         with pytest.raises(AccessDenied, match="--role trainer --trainer NAME"):
             export_parquet(reader, out, commit=True)
         assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+        out.write_bytes(b"an earlier export")  # its rows are behind the cursor: an --overwrite refused keeps it
+        with pytest.raises(AccessDenied):
+            export_parquet(reader, out, commit=True)
+        assert out.read_bytes() == b"an earlier export" and not out.with_name(out.name + ".previous").exists()
+        out.unlink()
         trainer = TokenStore(settings.home).create("trainer", "job", "x9")[1]
         reader = RewardReader(trainer="x9", settle_s=0, reader=RemoteReader(server.url, token=trainer, database=ch_db.name))
         assert export_parquet(reader, out, commit=True).rows == 12 and reader.cursor > 0
+        assert export_parquet(reader, out, commit=True).rows == 0  # an --overwrite that commits: no copy left
+        assert not out.with_name(out.name + ".previous").exists()
     finally:
         server.stop()
 

@@ -6,7 +6,8 @@ the file is complete and closed; the reader's cursor is committed only after
 that rename (when ``commit``). So a crash leaves either no file and no cursor
 move, or the whole file and possibly no cursor move (the next export repeats
 those rows) - never a cursor past rows that are not in a file. A token that may not move the cursor
-(:class:`~rewardflow.clickhouse.errors.AccessDenied`) leaves no file either.
+(:class:`~rewardflow.clickhouse.errors.AccessDenied`) leaves no new file either: a file it was to
+replace is put back (kept as ``<out>.previous`` until the cursor has moved).
 
 The file has the reader's columns: the record columns, ``_seq`` and the lineage columns
 (:mod:`rewardflow.lineage.columns`); the reader's filters, ``max_policy_lag`` among them, decide
@@ -43,7 +44,7 @@ def export_parquet(
 ) -> ExportResult:
     """Stream the reader's next rows into ``out`` (zstd Parquet); see the module contract."""
     started = time.perf_counter()
-    partial = out.with_name(out.name + ".partial")
+    partial, previous = out.with_name(out.name + ".partial"), out.with_name(out.name + ".previous")
     rows = 0
     writer: pq.ParquetWriter | None = None
     try:
@@ -60,6 +61,8 @@ def export_parquet(
         writer = None
         with open(partial, "rb") as fh:
             os.fsync(fh.fileno())
+        if commit and out.exists():  # (an --overwrite: kept until the cursor has moved past the new rows)
+            os.replace(out, previous)
         os.replace(partial, out)
     finally:
         if writer is not None:
@@ -68,7 +71,12 @@ def export_parquet(
             partial.unlink()
     try:
         cursor = reader.commit() if commit else None
-    except AccessDenied:  # the cursor stayed where it was: the file's rows are not behind it, and a retry writes it
-        out.unlink()
+    except AccessDenied:  # the cursor stayed where it was: the new rows are not behind it, and a retry writes them
+        if previous.exists():
+            os.replace(previous, out)  # the file it replaced is back: its rows are behind the cursor
+        else:
+            out.unlink()
         raise
+    if previous.exists():
+        previous.unlink()
     return ExportResult(rows, out, out.stat().st_size, time.perf_counter() - started, cursor)
