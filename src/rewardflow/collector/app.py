@@ -120,10 +120,10 @@ class Ingest:
         return self.refuse(429, f"key {key_id} is over its rate of {self.settings.collect_rate_events_per_s:g} events/s",
                            {"Retry-After": retry_after(wait)}, n, "rate_limited")
 
-    def admit_text(self, key_id: str, events: list[Any]) -> Answer | None:
-        """Take the request's free text from the key's text rate; its 413 over the burst, its 429 when spent.
-        Scrubbing is the edge's costliest step, so what one key sends of it is bounded apart from its events."""
-        chars = free_text_chars(events)
+    def admit_text(self, key_id: str, events: list[Any], chars: int) -> Answer | None:
+        """Take the request's ``chars`` of free text (:func:`free_text_chars`) from the key's text rate; its 413
+        over the burst, its 429 when spent. Scrubbing is the edge's costliest step, so what one key sends of
+        it is bounded apart from its events."""
         if not chars:
             return None
         s = self.settings
@@ -174,10 +174,11 @@ class Ingest:
         try:
             doc = decode_json(body, EVENTS_SHAPE)
             events = doc["events"] if isinstance(doc.get("events"), list) else []
+            chars = free_text_chars(events)
             if len(events) <= s.collect_max_events:
                 if (refused := self.admit_rate(key_id, len(events))) is not None:
                     return refused
-                if (refused := self.admit_text(key_id, events)) is not None:
+                if (refused := self.admit_text(key_id, events, chars)) is not None:
                     self.limiter.give_back(key_id, len(events))  # refused for its text: its events cost nothing
                     return refused
             judge = partial(admit, doc, org_id, received_at, max_events=s.collect_max_events,
@@ -185,7 +186,7 @@ class Ingest:
             # a request with much free text is judged off the event loop: scrubbing takes up to a second or two
             # of CPU, and the loop keeps serving other requests, acknowledgements and /healthz meanwhile (the
             # rest is judged in place: the hand-over to a thread costs 0.12-0.16 ms, about a small request's whole cost)
-            judged = await asyncio.to_thread(judge) if free_text_chars(events) > INLINE_TEXT_CHARS else judge()
+            judged = await asyncio.to_thread(judge) if chars > INLINE_TEXT_CHARS else judge()
         except Refused as exc:
             return self.refuse(exc.status, str(exc))
         if (failed := await self.produce(key_id, judged)) is not None:

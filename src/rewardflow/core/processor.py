@@ -183,8 +183,7 @@ class PartitionProcessor:
             self.wm = max(self.wm, self.maxts - self.cfg.lateness_ms)
             paced = self._paced_ts
             if paced is None or 2 * (self.maxts - paced) >= now_ms - self.last_event_wall:
-                # (see idle_target; the event time the watermark stands for, ticks included)
-                self.last_event_wall, self._paced_ts = now_ms, max(self.maxts, self.wm + self.cfg.lateness_ms)
+                self.last_event_wall, self._paced_ts = now_ms, self._clock_ts()  # (see idle_target)
             by = "watermark"
         self._settle_due(offset, by, cache, touched, out)
         self._close_windows(offset, out)
@@ -480,6 +479,10 @@ class PartitionProcessor:
         """Whether anything (a turn, a tombstone, a window) still waits for the watermark."""
         return bool(self._wakeups) or bool(self.book.open)
 
+    def _clock_ts(self) -> int:
+        """The event time the watermark stands for: the newest event's, or further where ticks took it."""
+        return max(self.maxts, self.wm + self.cfg.lateness_ms)
+
     def idle_target(self, now_ms: int, idle_timeout_ms: int, rate: float) -> int | None:
         """Watermark a tick should carry when the partition has been idle, else None.
 
@@ -493,8 +496,6 @@ class PartitionProcessor:
         """
         if self.maxts == -NEVER or now_ms - self.last_event_wall < idle_timeout_ms:
             return None
-        paced = self._paced_ts
-        if paced is None:  # since a rebuild: on from the event time the watermark reached (ticks took it past maxts)
-            paced = max(self.maxts, self.wm + self.cfg.lateness_ms)
+        paced = self._clock_ts() if self._paced_ts is None else self._paced_ts  # (None: since a rebuild)
         return max(self.maxts, paced + int((now_ms - self.last_event_wall) * rate)) - self.cfg.lateness_ms
 
