@@ -28,7 +28,7 @@ from rewardflow.settings import Settings, tick_key
 from tests.fault.pipeline import feed, release_admin, restart_stalled, wait_drained
 from tests.fault.verify import check, collect
 from tests.fault.workload import FAULT_SETTINGS
-from tests.streams.kafka_io import LIBRDKAFKA_LOG
+from tests.streams.kafka_io import LIBRDKAFKA_LOG, stable_members
 from tests.streams.worker import WorkerProcess
 
 pytestmark = [pytest.mark.fault, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.timeout(420)]
@@ -43,18 +43,11 @@ def assignment(settings: Settings) -> dict[str, set[int]]:
     Members own partitions of the raw topic and the state changelog only: a partition that never
     holds a record, fetched alone, makes the broker hold the fetch (and the raw partitions' next
     one) for the consumer's whole fetch wait."""
-    admin = AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG)
-    group = settings.topic("worker")
-    try:
-        desc = admin.describe_consumer_groups([group])[group].result(timeout=5)
-    except Exception:  # coordinator loading, group rebalancing
-        return {}
-    if str(desc.state).split(".")[-1] != "STABLE":
-        return {}
+    members = stable_members(settings)
     raw = settings.topic(T.RAW)
-    topics = {tp.topic for m in desc.members for tp in m.assignment.topic_partitions}
+    topics = {tp.topic for m in members for tp in m.assignment.topic_partitions}
     assert topics <= {raw, changelog_topic(settings)}, f"the workers are assigned partitions of {sorted(topics)}"
-    return {m.member_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == raw} for m in desc.members}
+    return {m.member_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == raw} for m in members}
 
 
 def wait_group(settings: Settings, members: int, timeout: float, workers: list[WorkerProcess],

@@ -173,3 +173,17 @@ def read_raw(settings: Settings, timeout: float = 20.0) -> dict[int, list[RawRec
         return out
     finally:
         c.close()
+
+
+def stable_members(settings: Settings) -> list[Any]:
+    """The members of the workers' consumer group while it is stable; empty while it rebalances or its
+    coordinator loads (confluent-kafka's ``MemberDescription``s: ``member_id``, ``assignment``)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG)
+    group = settings.topic("worker")
+    try:
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=5)
+    except Exception:  # coordinator loading, group rebalancing
+        return []
+    return list(desc.members) if str(desc.state).split(".")[-1] == "STABLE" else []

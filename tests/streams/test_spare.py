@@ -9,13 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
-
 from rewardflow.kafka import topics as T
 from rewardflow.kafka.provision import ensure_topics
 from rewardflow.settings import Settings
 from tests.conftest_kafka import SessionBroker
-from tests.streams.kafka_io import LIBRDKAFKA_LOG
+from tests.streams.kafka_io import stable_members
 from tests.streams.worker import WorkerProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -24,17 +22,9 @@ POLL_INTERVAL_S = 8  # Faust's broker_max_poll_interval, read from the environme
 
 def members(settings: Settings) -> dict[str, set[int]]:
     """Member id -> raw partitions, while the group is stable (empty otherwise)."""
-    admin = AdminClient(settings.kafka_client_config(), logger=LIBRDKAFKA_LOG)
-    group = settings.topic("worker")
-    try:
-        desc = admin.describe_consumer_groups([group])[group].result(timeout=5)
-    except Exception:  # coordinator loading, group rebalancing
-        return {}
-    if str(desc.state).split(".")[-1] != "STABLE":
-        return {}
     raw = settings.topic(T.RAW)
     return {m.member_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == raw}
-            for m in desc.members}
+            for m in stable_members(settings)}
 
 
 def wait_for(settings: Settings, check: Callable[[dict[str, set[int]]], bool], timeout: float) -> dict[str, set[int]]:
