@@ -97,7 +97,7 @@ class Settings(BaseSettings):
                     "worker's state grows with the turns finalised in the window. 0 turns corrections off.")
     max_session_turns: int = Field(1_000, ge=1, le=100_000, description="Turns one session may hold: open ones plus finalised ones still remembered (tombstone_ms). An event that would open one more is dead-lettered (session_turn_limit).")
     max_session_events: int = Field(10_000, ge=1, le=1_000_000, description="Events one session may hold in those turns. An event beyond it is dead-lettered (session_event_limit).")
-    max_turn_span_ms: int = Field(3_600_000, ge=1_000, le=7 * 86_400_000, description="An AgentEdit dated later than this after its turn's InferenceServed is dead-lettered (turn_span_limit): each edit puts off its turn's deadline, and an open turn holds back the closing of its partition's windows.")
+    max_turn_span_ms: int = Field(3_600_000, ge=1_000, le=7 * 86_400_000, description="An AgentEdit dated later than this after its turn's InferenceServed is dead-lettered (turn_span_limit): each edit puts off its turn's deadline, and an open turn holds back the closing of its partition's windows. An event for an open turn dated more than the turn's settle time plus this behind the watermark is dead-lettered (too_old).")
     tick_key: SecretStr | None = Field(None, description="Key the workers of a deployment sign idle ticks with (any long random string, the same on every worker). Unset: a key file under home, created on first use; required with a non-loopback Kafka.")
     dead_letter_ratio_limit: float = Field(0.05, ge=0, le=1, description="Alarm when DLQ share over the sliding window exceeds this.")
     dead_letter_window_s: float = Field(60.0, gt=0)

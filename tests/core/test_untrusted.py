@@ -300,6 +300,26 @@ def test_an_edit_past_the_turn_span_is_refused_as_a_correction_too() -> None:
     assert {r["revision"] for r in within.rewards} == {1}
 
 
+def test_an_open_turn_refuses_events_dated_further_behind_the_watermark_than_a_turn_can_span() -> None:
+    """Each date an event carries is a day partition of the shared events table: an open turn that took
+    events of any date would let one client add a partition a day back to the year 2000."""
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
+                     tick_key=KEY, max_turn_span_ms=60_000)
+    b = Broker(cfg)
+    b.send(T0, ev("InferenceServed", "r1", "s1", T0))
+    at = T0 + 100_000  # the watermark, the turn still open (its deadline: T0 + 122 s)
+    b.send(at, ev("FollowUp", "other", "s2", at + 500))
+    bound = cfg.settle_ms + cfg.max_turn_span_ms
+    fate = {}
+    for name, ts in (("at the bound", at - bound), ("a day back", T0 - 86_400_000), ("the year 2000", 946_684_800_000)):
+        out = b.send(at, ev("ToolCall", "r1", "s1", ts, call_id=name, status="broken"))
+        fate[name] = "applied" if out.valid else codes(out)[0] if out.dead else "late"
+    assert fate == {"at the bound": "applied", "a day back": "too_old", "the year 2000": "too_old"}
+    assert "REWARDFLOW_MAX_TURN_SPAN_MS" in b.total.dead[0]["reason"]
+    b.tick(T0 + 200_000, T0 + 200_000)
+    assert {r["n_tool_broken"] for r in b.finals("s1").values()} == {1}  # only the one within the bound counts
+
+
 # ---------------------------------------------------------------------------- tenants
 def _as(org: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**e, "org_id": org} for e in events]

@@ -62,7 +62,7 @@ NOW = max(e["ts"] for e in EVENTS) + 86_400_000  # the broker's clock: a day aft
 DECODE_CODES = {"unknown_format", "bad_magic", "unknown_schema_id", "truncated_avro", "bad_avro", "bad_json",
                 "not_an_event", "too_large", "batch_too_large", "empty_batch", "mixed_sessions",
                 "batch_session_mismatch"}
-PER_EVENT_CODES = {"invalid_event", "future_ts", "session_turn_limit", "session_event_limit", "turn_span_limit"}
+PER_EVENT_CODES = {"invalid_event", "future_ts", "session_turn_limit", "session_event_limit", "turn_span_limit", "too_old"}
 TICK_CODES = {"bad_tick", "forged_tick"}
 EVENT_CODES = PER_EVENT_CODES | TICK_CODES
 JSON_H, AVRO_H, TICK_H = [(FORMAT_HEADER, b"json")], [(FORMAT_HEADER, b"avro")], [(FORMAT_HEADER, b"tick")]

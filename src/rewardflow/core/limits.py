@@ -56,6 +56,22 @@ def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[
     return None
 
 
+def age_refusal(cfg: JoinConfig, ts: int, wm: int) -> tuple[str, str] | None:
+    """The dead-letter code and reason of an event for an open turn dated more than its turn's settle time
+    plus ``max_turn_span_ms`` behind the watermark ``wm``, else None.
+
+    An open turn's deadline (its anchor plus the settle time) is still ahead of the watermark, and its
+    anchor is at most ``max_turn_span_ms`` after its served event (:func:`span_refusal`), so no event of
+    the turn is that old. Without the bound an open turn took events of any date, and each new date is a
+    new day partition of the ``events`` table, shared by every tenant."""
+    behind = wm - ts
+    if behind <= cfg.settle_ms + cfg.max_turn_span_ms:
+        return None
+    return ("too_old", f"ts {ts} is {behind} ms behind the partition's watermark; an open turn's events are at "
+            f"most {cfg.settle_ms + cfg.max_turn_span_ms} ms behind it (its settle time plus "
+            f"REWARDFLOW_MAX_TURN_SPAN_MS)")
+
+
 def span_refusal(cfg: JoinConfig, ev: Envelope, served_ts: int) -> tuple[str, str] | None:
     """The dead-letter code and reason of an edit dated more than ``max_turn_span_ms`` after its turn's
     served event (``served_ts``; negative: none), else None. Each edit puts off its turn's deadline, and an

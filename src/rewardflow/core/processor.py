@@ -41,7 +41,7 @@ from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.corrections import correct, correctable, kept
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
                                      turn_exclusion)
-from rewardflow.core.limits import refusal, span_refusal, within
+from rewardflow.core.limits import age_refusal, refusal, span_refusal, within
 from rewardflow.core.marks import mark
 from rewardflow.core.restore import NEVER, close_prefix, meta_key, restore
 from rewardflow.core.rows import WindowAggregate
@@ -286,6 +286,9 @@ class PartitionProcessor:
         if ts + self.cfg.settle_ms < self.wm and (turn is None or served):
             ck = checkpoint_of(ev, turn, None)
             out.late.append(exclusion("late", ev, raw, ck, self.wm, self.partition, offset, idx))
+            return
+        if turn is not None and ts + self.cfg.settle_ms + self.cfg.max_turn_span_ms < self.wm \
+                and self._dead(age_refusal(self.cfg, ts, self.wm), raw, idx, offset, now_ms, out):
             return
         if not within(st, self.cfg, turn is None) \
                 and self._dead(refusal(st, self.cfg, turn is None, self._clock, self._live), raw, idx, offset, now_ms, out):
