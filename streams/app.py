@@ -150,7 +150,8 @@ class JoinWorker:
             max_message_bytes=max(changelog_max, dead_letter_record_limit(settings)),
         )
         self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096,
-                                decoded_cache=settings.worker_state_cache)
+                                decoded_cache=settings.worker_state_cache,
+                                decoded_cache_bytes=settings.worker_state_cache_mb << 20)
         self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, self._broker_log_starts,
                               settings.kafka_client_config())
         self._admin_: Any = None

@@ -35,7 +35,7 @@ class TableStore:
     """Adapter: the core's store protocol on a Faust Table of raw bytes."""
 
     def __init__(self, table: Any, sender: OutputSender, max_bytes: int | None = None,
-                 decoded_cache: int = 16_384) -> None:
+                 decoded_cache: int = 16_384, decoded_cache_bytes: int | None = None) -> None:
         self.table = table
         self.sender = sender
         self.max_bytes = max_bytes
@@ -44,7 +44,7 @@ class TableStore:
         # the core reads back what it wrote in the previous batch; decoding it again cost ~5% of
         # the worker. Valid only while the table still holds those very bytes (a changelog
         # recovery writes new objects).
-        self._decoded = DecodedCache(decoded_cache)
+        self._decoded = DecodedCache(decoded_cache, decoded_cache_bytes)
 
     @property
     def reads(self) -> int:

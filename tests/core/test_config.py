@@ -11,6 +11,8 @@ from rewardflow.settings import Settings
 def test_the_state_cache_is_split_over_the_partitions_with_a_floor() -> None:
     assert JoinConfig.from_settings(Settings(worker_state_cache=16_384, partitions=4)).state_cache == 4_096
     assert JoinConfig.from_settings(Settings(worker_state_cache=0, partitions=4)).state_cache == 64
+    assert JoinConfig.from_settings(Settings(worker_state_cache_mb=128, partitions=4)).state_cache_bytes == 32 << 20
+    assert JoinConfig.from_settings(Settings(worker_state_cache_mb=1, partitions=12)).state_cache_bytes == 1 << 20
 
 
 def test_decoded_cache_returns_the_value_written_while_the_bytes_are_the_same_and_counts_decodes() -> None:
@@ -25,6 +27,26 @@ def test_decoded_cache_returns_the_value_written_while_the_bytes_are_the_same_an
     assert (cache.reads, cache.decodes) == (5, 3)
     cache.drop("b")
     assert cache.read("b", data["b"]) is not values["b"]
+
+
+def test_decoded_cache_keeps_at_most_its_bytes_of_encodings_the_newest_whatever_its_size() -> None:
+    cache = DecodedCache(100, max_bytes=100)
+    values = {k: {"k": k * n} for k, n in (("a", 30), ("b", 30), ("c", 30), ("d", 200))}
+    data = {k: orjson.dumps(v) for k, v in values.items()}  # 38, 38, 38 and 208 bytes
+    for k in "abc":
+        cache.keep(k, data[k], values[k])
+    assert cache.bytes == 76 and cache.read("a", data["a"]) is not values["a"]  # a went for c
+    assert cache.read("b", data["b"]) is values["b"] and cache.read("c", data["c"]) is values["c"]
+    cache.keep("c", data["c"], values["c"])  # written again: counted once
+    assert cache.bytes == 76
+    cache.keep("d", data["d"], values["d"])  # over the limit alone: kept, and the others go
+    assert cache.bytes == 208 and cache.read("d", data["d"]) is values["d"]
+    assert cache.read("c", data["c"]) is not values["c"]
+    cache.drop("d")
+    assert cache.bytes == 0
+    cache.keep("a", data["a"], values["a"])
+    cache.clear()
+    assert cache.bytes == 0 and cache.read("a", data["a"]) is not values["a"]
 
 
 def test_encoded_store_counts_what_a_changelog_would_carry() -> None:

@@ -982,3 +982,30 @@ def restart_under_commits(seed: int, pick: Any, cfg: JoinConfig = CFG, make: Any
             assert {**row, "watermark": 0, "checkpoint_id": ""} == {**first, "watermark": 0, "checkpoint_id": ""}
         elif first is not None:
             assert row == first
+
+
+def test_the_decoded_states_kept_between_batches_stay_within_their_bytes_and_change_no_output() -> None:
+    """A decoded state takes several times its bytes: the states a partition keeps decoded are bounded by
+    the bytes of their encodings as well as by their count, and a state beyond them is decoded again."""
+    rng = random.Random(7)
+    events = [e for s in range(40) for t in range(6) for e in turn(f"r{s}-{t}", f"s{s}", T0 + s * 700 + t * 9_000, horizons=HZ)]
+    records = [json_record(e) for e in sorted(events, key=lambda e: (e["ts"], rng.random()))]
+
+    def run(cfg: JoinConfig) -> tuple[PartitionProcessor, list[bytes], int]:
+        proc = PartitionProcessor(cfg, list(SPECS), EncodedStore(cached=10_000, check=True), "raw", 0)
+        rows, most = [], 0
+        for start in range(0, len(records), 25):  # batches of 25 records: each session comes back batch after batch
+            batch = [(v, h, start + i) for i, (v, h) in enumerate(records[start:start + 25])]
+            out = proc.process_batch(batch, 0)
+            rows += [orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS) for name in Outputs.__slots__ for r in getattr(out, name)]
+            kept = sum(size for _, _, size in proc._states.values())
+            assert kept == proc._states_bytes
+            most = max(most, kept)
+        return proc, rows, most
+
+    _, unbounded, most = run(CFG)
+    cap = most // 4
+    assert cap > 2_000  # (the states are large enough that the cap binds)
+    _, bounded, kept_most = run(replace(CFG, state_cache_bytes=cap))
+    assert bounded == unbounded
+    assert 0 < kept_most <= cap

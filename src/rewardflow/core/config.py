@@ -27,6 +27,7 @@ class JoinConfig:
     max_record_bytes: int = 1_000_000
     max_batch_events: int = 500
     state_cache: int = 4_096  # decoded session states kept between batches, per partition (processor._session)
+    state_cache_bytes: int = 32 << 20  # ...and at most so many bytes of their encodings, per partition
     max_clock_skew_ms: int = 30_000  # an event may be dated this far after its record's broker timestamp
     max_session_turns: int = 1_000  # open turns plus finalised turns still remembered, per session
     max_session_events: int = 10_000  # events in those turns, per session
@@ -65,6 +66,7 @@ class JoinConfig:
             window_sizes_s=tuple(s.window_sizes_s), max_record_bytes=s.max_record_bytes,
             max_batch_events=s.max_batch_events,
             state_cache=max(64, s.worker_state_cache // max(1, s.partitions)),
+            state_cache_bytes=max(1 << 20, (s.worker_state_cache_mb << 20) // max(1, s.partitions)),
             max_clock_skew_ms=s.max_clock_skew_ms, max_session_turns=s.max_session_turns,
             max_session_events=s.max_session_events, max_turn_span_ms=s.max_turn_span_ms,
             correction_ms=s.correction_window_ms, tick_key=tick_key,
@@ -115,11 +117,16 @@ class DecodedCache:
     """The values last written under the ``size`` most recently written keys of a store that keeps
     encoded bytes, beside those bytes: reading a key back gives the very value written while the
     store still holds those very bytes (replaced bytes, by a changelog recovery say, are decoded).
+
+    With ``max_bytes``, the kept values' encodings also total at most that many bytes (the newest
+    is kept whatever its size): a decoded value takes several times its bytes, so a count alone
+    does not bound the memory when values are large.
     """
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, max_bytes: int | None = None) -> None:
+        self.size, self.max_bytes = size, max_bytes
         self._kept: dict[str, tuple[bytes, Any]] = {}
+        self.bytes = 0  # the kept values' encodings
         self.reads = self.decodes = 0  # (counters for metrics)
 
     def read(self, key: str, raw: bytes) -> Any:
@@ -132,18 +139,22 @@ class DecodedCache:
         return orjson.loads(raw)
 
     def keep(self, key: str, data: bytes, value: Any) -> None:
-        kept = self._kept
-        kept.pop(key, None)
+        kept, limit = self._kept, self.max_bytes
+        self.drop(key)
         kept[key] = (data, value)
-        while len(kept) > self.size:
-            del kept[next(iter(kept))]  # the least recently written
+        self.bytes += len(data)
+        while len(kept) > self.size or (limit is not None and self.bytes > limit and len(kept) > 1):
+            self.bytes -= len(kept.pop(next(iter(kept)))[0])  # the least recently written
 
     def drop(self, key: str) -> None:
-        self._kept.pop(key, None)
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self.bytes -= len(old[0])
 
     def clear(self) -> None:
         """Forget every kept value (the counters stay)."""
         self._kept.clear()
+        self.bytes = 0
 
 
 class EncodedStore:
@@ -157,9 +168,9 @@ class EncodedStore:
     and the bytes written.
     """
 
-    def __init__(self, cached: int = 256, check: bool = True) -> None:
+    def __init__(self, cached: int = 256, check: bool = True, cached_bytes: int | None = None) -> None:
         self.data: dict[str, bytes] = {}
-        self._decoded = DecodedCache(cached)
+        self._decoded = DecodedCache(cached, cached_bytes)
         self.check, self.put_json_calls = check, 0
         self.records = self.written = 0
 

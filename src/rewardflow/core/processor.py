@@ -88,10 +88,12 @@ class PartitionProcessor:
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
-        # session key -> (the value last written for it, the state it was written from): the next batch
-        # takes that state back instead of decoding the value, while the store still returns that very
-        # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it)
-        self._states: dict[str, tuple[Any, SessionState]] = {}
+        # session key -> (the value last written for it, the state it was written from, its encoded bytes):
+        # the next batch takes that state back instead of decoding the value, while the store still returns
+        # that very value (a store that holds encoded bytes returns a fresh decode once its cache dropped it).
+        # At most ``state_cache`` states and ``state_cache_bytes`` of their encodings (a store without them: 0)
+        self._states: dict[str, tuple[Any, SessionState, int]] = {}
+        self._states_bytes = 0
         self._put_json = getattr(store, "put_json", None)  # a store that takes values with their JSON
         # session key -> the store key of its state stored under the session id alone; store keys to delete
         self._unkeyed: dict[str, str] = {}
@@ -347,6 +349,8 @@ class PartitionProcessor:
                 obj = self.store.get(self._unkeyed[key])
             if obj is not None:
                 kept = self._states.pop(key, None)  # (popped: a batch that fails midway leaves nothing behind)
+                if kept is not None:
+                    self._states_bytes -= kept[2]
                 st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj, org_of(key))
             elif create:
                 org, _, sid = key.partition("\t")
@@ -434,16 +438,22 @@ class PartitionProcessor:
                 store.delete("s:" + key)
                 continue
             obj = st.to_obj()
+            size = 0
             if put_json is not None:
-                put_json("s:" + key, obj, st.to_json(obj))
+                data = st.to_json(obj)
+                put_json("s:" + key, obj, data)
+                size = len(data)
             else:
                 store.put("s:" + key, obj)
-            states[key] = (obj, st)
+            prev = states.pop(key, None)
+            states[key] = (obj, st, size)
+            self._states_bytes += size - (prev[2] if prev is not None else 0)
         for old in (*moved, *self._dropped):
             store.delete(old)
         self._dropped = []
-        while len(states) > self.cfg.state_cache:
-            del states[next(iter(states))]  # the least recently written
+        cap, cap_bytes = self.cfg.state_cache, self.cfg.state_cache_bytes
+        while len(states) > cap or (states and self._states_bytes > cap_bytes):
+            self._states_bytes -= states.pop(next(iter(states)))[2]  # the least recently written
         # Each window close is kept under its own keys until the source commit passes it, so a
         # restart can re-emit the closes whose delivery is uncertain; the meta key stays small.
         for offset, closed in self._new_closes:
@@ -472,7 +482,7 @@ class PartitionProcessor:
         self._marks, self._prune_wm = r.marks, None
         self._closes, self._new_closes = r.closes, []
         self._wakeups, self._open_served = Wakeups(), r.open_served
-        self._states, self._unkeyed, self._dropped = {}, r.unkeyed, r.dropped
+        self._states, self._states_bytes, self._unkeyed, self._dropped = {}, 0, r.unkeyed, r.dropped
         self._paced_ts = None  # (the idle clock's anchor may hold an event time the rebuilt state lacks)
         for st in r.sessions:
             self._schedule(st)
