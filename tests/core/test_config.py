@@ -35,18 +35,18 @@ def test_decoded_cache_keeps_at_most_its_bytes_of_encodings_the_newest_whatever_
     data = {k: orjson.dumps(v) for k, v in values.items()}  # 38, 38, 38 and 208 bytes
     for k in "abc":
         cache.keep(k, data[k], values[k])
-    assert cache.bytes == 76 and cache.read("a", data["a"]) is not values["a"]  # a went for c
+    assert cache.held_bytes == 76 and cache.read("a", data["a"]) is not values["a"]  # a went for c
     assert cache.read("b", data["b"]) is values["b"] and cache.read("c", data["c"]) is values["c"]
     cache.keep("c", data["c"], values["c"])  # written again: counted once
-    assert cache.bytes == 76
+    assert cache.held_bytes == 76
     cache.keep("d", data["d"], values["d"])  # over the limit alone: kept, and the others go
-    assert cache.bytes == 208 and cache.read("d", data["d"]) is values["d"]
+    assert cache.held_bytes == 208 and cache.read("d", data["d"]) is values["d"]
     assert cache.read("c", data["c"]) is not values["c"]
     cache.drop("d")
-    assert cache.bytes == 0
+    assert cache.held_bytes == 0
     cache.keep("a", data["a"], values["a"])
     cache.clear()
-    assert cache.bytes == 0 and cache.read("a", data["a"]) is not values["a"]
+    assert cache.held_bytes == 0 and cache.read("a", data["a"]) is not values["a"]
 
 
 def test_encoded_store_counts_what_a_changelog_would_carry() -> None:

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from rewardflow.core.recent import Recent
+
 JSON_OPTS = orjson.OPT_NON_STR_KEYS
 """The orjson options state is encoded with (by stores that keep bytes, and by ``put_json`` callers)."""
 PRUNE_STEPS = 12
@@ -124,10 +126,13 @@ class DecodedCache:
     """
 
     def __init__(self, size: int, max_bytes: int | None = None) -> None:
-        self.size, self.max_bytes = size, max_bytes
-        self._kept: dict[str, tuple[bytes, Any]] = {}
-        self.bytes = 0  # the kept values' encodings
+        self._kept: Recent[tuple[bytes, Any]] = Recent(size, max_bytes)
         self.reads = self.decodes = 0  # (counters for metrics)
+
+    @property
+    def held_bytes(self) -> int:
+        """The kept values' encodings."""
+        return self._kept.bytes
 
     def read(self, key: str, raw: bytes) -> Any:
         """The value of ``raw``, the bytes the store now holds under ``key``."""
@@ -139,22 +144,14 @@ class DecodedCache:
         return orjson.loads(raw)
 
     def keep(self, key: str, data: bytes, value: Any) -> None:
-        kept, limit = self._kept, self.max_bytes
-        self.drop(key)
-        kept[key] = (data, value)
-        self.bytes += len(data)
-        while len(kept) > self.size or (limit is not None and self.bytes > limit and len(kept) > 1):
-            self.bytes -= len(kept.pop(next(iter(kept)))[0])  # the least recently written
+        self._kept.put(key, (data, value), len(data))
 
     def drop(self, key: str) -> None:
-        old = self._kept.pop(key, None)
-        if old is not None:
-            self.bytes -= len(old[0])
+        self._kept.pop(key)
 
     def clear(self) -> None:
         """Forget every kept value (the counters stay)."""
         self._kept.clear()
-        self.bytes = 0
 
 
 class EncodedStore:

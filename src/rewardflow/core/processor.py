@@ -43,6 +43,7 @@ from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_
                                      turn_exclusion)
 from rewardflow.core.limits import age_refusal, refusal, span_refusal, within
 from rewardflow.core.marks import mark
+from rewardflow.core.recent import Recent
 from rewardflow.core.restore import NEVER, close_prefix, meta_key, restore
 from rewardflow.core.rows import WindowAggregate
 from rewardflow.core.session import SessionState, Tombstone, org_of, session_key, tombstone_checkpoint
@@ -88,12 +89,11 @@ class PartitionProcessor:
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
-        # session key -> (the value last written for it, the state it was written from, its encoded bytes):
-        # the next batch takes that state back instead of decoding the value, while the store still returns
-        # that very value (a store that holds encoded bytes returns a fresh decode once its cache dropped it).
-        # At most ``state_cache`` states and ``state_cache_bytes`` of their encodings (a store without them: 0)
-        self._states: dict[str, tuple[Any, SessionState, int]] = {}
-        self._states_bytes = 0
+        # session key -> (the value last written for it, the state it was written from): the next batch
+        # takes that state back instead of decoding the value, while the store still returns that very
+        # value (a store that holds encoded bytes returns a fresh decode once its cache dropped it). At most
+        # ``state_cache`` states and ``state_cache_bytes`` of their encodings (a store without them: 0 each)
+        self._states: Recent[tuple[Any, SessionState]] = Recent(cfg.state_cache, cfg.state_cache_bytes)
         self._put_json = getattr(store, "put_json", None)  # a store that takes values with their JSON
         # session key -> the store key of its state stored under the session id alone; store keys to delete
         self._unkeyed: dict[str, str] = {}
@@ -348,9 +348,7 @@ class PartitionProcessor:
             if obj is None and key in self._unkeyed:
                 obj = self.store.get(self._unkeyed[key])
             if obj is not None:
-                kept = self._states.pop(key, None)  # (popped: a batch that fails midway leaves nothing behind)
-                if kept is not None:
-                    self._states_bytes -= kept[2]
+                kept = self._states.pop(key)  # (popped: a batch that fails midway leaves nothing behind)
                 st = kept[1] if kept is not None and kept[0] is obj else SessionState.from_obj(obj, org_of(key))
             elif create:
                 org, _, sid = key.partition("\t")
@@ -445,15 +443,10 @@ class PartitionProcessor:
                 size = len(data)
             else:
                 store.put("s:" + key, obj)
-            prev = states.pop(key, None)
-            states[key] = (obj, st, size)
-            self._states_bytes += size - (prev[2] if prev is not None else 0)
+            states.put(key, (obj, st), size)
         for old in (*moved, *self._dropped):
             store.delete(old)
         self._dropped = []
-        cap, cap_bytes = self.cfg.state_cache, self.cfg.state_cache_bytes
-        while len(states) > cap or (states and self._states_bytes > cap_bytes):
-            self._states_bytes -= states.pop(next(iter(states)))[2]  # the least recently written
         # Each window close is kept under its own keys until the source commit passes it, so a
         # restart can re-emit the closes whose delivery is uncertain; the meta key stays small.
         for offset, closed in self._new_closes:
@@ -482,7 +475,8 @@ class PartitionProcessor:
         self._marks, self._prune_wm = r.marks, None
         self._closes, self._new_closes = r.closes, []
         self._wakeups, self._open_served = Wakeups(), r.open_served
-        self._states, self._states_bytes, self._unkeyed, self._dropped = {}, 0, r.unkeyed, r.dropped
+        self._unkeyed, self._dropped = r.unkeyed, r.dropped
+        self._states.clear()
         self._paced_ts = None  # (the idle clock's anchor may hold an event time the rebuilt state lacks)
         for st in r.sessions:
             self._schedule(st)
