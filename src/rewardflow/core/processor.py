@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewardflow.core.closes import KEEP_CLOSES, StoredCloses
 from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.corrections import correct, correctable, kept
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
@@ -44,8 +45,7 @@ from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_
 from rewardflow.core.limits import age_refusal, refusal, span_refusal, within
 from rewardflow.core.marks import mark
 from rewardflow.core.recent import Recent
-from rewardflow.core.restore import NEVER, close_prefix, meta_key, restore
-from rewardflow.core.rows import WindowAggregate
+from rewardflow.core.restore import NEVER, meta_key, restore
 from rewardflow.core.session import SessionState, Tombstone, org_of, session_key, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_to_obj
@@ -60,8 +60,6 @@ from rewardflow.core.spec import RewardSpec
 
 Record = tuple[bytes | None, Any, int] | tuple[bytes | None, Any, int, int | None]
 """A raw record: value, headers, offset and, where known, its broker timestamp (ms)."""
-_KEEP_CLOSES = 64
-_CLOSE_CHUNK = 200  # window aggregates per stored close key (~200 KB), far under a changelog record
 
 
 class PartitionProcessor:
@@ -83,9 +81,8 @@ class PartitionProcessor:
         # (session key, request id) of an open served turn -> its served ts (request ids need not be unique
         # across sessions: one session's turn settling must not free the windows another's still needs)
         self._open_served: dict[tuple[str, str], int] = {}
-        self._closes: dict[str, int] = {}  # stored window-close keys -> offset of the record that closed them
-        self._new_closes: list[tuple[int, list[WindowAggregate]]] = []
-        self._close_prefix, self._meta_key, self.last_offset = close_prefix(partition), meta_key(partition), -1
+        self._closes = StoredCloses(partition)
+        self._meta_key, self.last_offset = meta_key(partition), -1
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
         self._prune_wm: int | None = None
         self._keep_offset: int | None = None  # the committed offset of this batch (None: unknown); see _mark
@@ -124,7 +121,7 @@ class PartitionProcessor:
         ``committed`` is the source partition's committed offset, when the caller knows it (a batch
         that replays records below it counts as committed only up to its lowest offset): window
         closes decided below it can never be replayed, so their stored copies (kept for re-emission
-        after a crash) are deleted. Unknown, the closes of the last ``_KEEP_CLOSES`` offsets are kept.
+        after a crash) are deleted. Unknown, the closes of the last ``KEEP_CLOSES`` offsets are kept.
         """
         out = Outputs()
         if not records:
@@ -165,7 +162,7 @@ class PartitionProcessor:
     def _mark(self, first_offset: int, committed: int | None) -> None:
         """Remember the watermark at the start of this batch, and what pruning must keep (:func:`mark`)."""
         self._keep_offset = committed
-        self._marks, self._prune_wm = mark(self._marks, first_offset, self.wm, committed, _KEEP_CLOSES)
+        self._marks, self._prune_wm = mark(self._marks, first_offset, self.wm, committed, KEEP_CLOSES)
 
     def _step(self, value: bytes | None, headers: Any, offset: int, record_ts: int | None, now_ms: int,
               cache: dict[str, SessionState], out: Outputs) -> None:
@@ -424,7 +421,7 @@ class PartitionProcessor:
         closed = self.book.close(limit)
         if closed:
             out.windows.extend(closed)
-            self._new_closes.append((offset, closed))
+            self._closes.add(offset, closed)
 
     def _write(self, cache: dict[str, SessionState], committed: int | None) -> None:
         store, put_json, states, unkeyed = self.store, self._put_json, self._states, self._unkeyed
@@ -447,21 +444,7 @@ class PartitionProcessor:
         for old in (*moved, *self._dropped):
             store.delete(old)
         self._dropped = []
-        # Each window close is kept under its own keys until the source commit passes it, so a
-        # restart can re-emit the closes whose delivery is uncertain; the meta key stays small.
-        for offset, closed in self._new_closes:
-            for i in range(0, len(closed), _CLOSE_CHUNK):
-                key = f"{self._close_prefix}{offset}:{i // _CLOSE_CHUNK}"
-                self.store.put(key, closed[i:i + _CLOSE_CHUNK])
-                self._closes[key] = offset
-        self._new_closes = []
-        if committed is None and self._closes:  # unknown commit: keep the closes of the last offsets
-            offsets = sorted(set(self._closes.values()))
-            committed = offsets[-_KEEP_CLOSES] if len(offsets) > _KEEP_CLOSES else None
-        if committed is not None:
-            for key in [k for k, off in self._closes.items() if off < committed]:
-                self.store.delete(key)
-                del self._closes[key]
+        self._closes.write(self.store, committed)  # (closes.py: kept until the source commit passes them)
         self.store.put(self._meta_key, {
             "wm": self.wm, "maxts": self.maxts, "ct": {str(k): v for k, v in self.book.closed_through.items()},
             "off": self.last_offset, "marks": self._marks,
@@ -473,7 +456,7 @@ class PartitionProcessor:
         r = restore(self.store, self.cfg, self.partition, self._scored, first_offset, out)
         self.wm, self.maxts, self.last_offset, self.book = r.wm, r.maxts, r.last_offset, r.book
         self._marks, self._prune_wm = r.marks, None
-        self._closes, self._new_closes = r.closes, []
+        self._closes = StoredCloses(self.partition, r.closes)
         self._wakeups, self._open_served = Wakeups(), r.open_served
         self._unkeyed, self._dropped = r.unkeyed, r.dropped
         self._states.clear()
