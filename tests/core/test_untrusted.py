@@ -115,6 +115,7 @@ def test_a_record_without_broker_time_is_unbounded() -> None:
     signed_tick(b"another-deployment-key", TOPIC, T0 + 10**6),
     signed_tick(KEY, "another.topic", T0 + 10**6),
     orjson.dumps({"wm": T0 + 10**6 + 1, "mac": orjson.loads(signed_tick(KEY, TOPIC, T0 + 10**6))["mac"]}),
+    orjson.dumps({"wm": T0 + 10**6, "mac": "\u00e9"}),  # not ASCII: the comparison itself must not raise
 ])
 def test_a_tick_no_worker_wrote_is_dead_lettered_as_forged(value: bytes) -> None:
     b = Broker()
@@ -122,6 +123,18 @@ def test_a_tick_no_worker_wrote_is_dead_lettered_as_forged(value: bytes) -> None
     wm = b.proc.wm
     out = b.record(value, TICK_HEADERS, T0 + 10**7)
     assert codes(out) == ["forged_tick"] and b.proc.wm == wm and not out.rewards
+
+
+def test_a_tick_with_a_mac_that_is_not_ascii_costs_no_rebuild_of_the_partition() -> None:
+    """A record the core raises on is dead-lettered after the partition is rebuilt from its store: a
+    tick a client can write must be refused as forged, not by that path."""
+    b = Broker()
+    b.send(T0, *turn("r1", "s1", T0, horizons=HZ)[:3])
+    rebuilds = []
+    original = b.proc.rebuild
+    b.proc.rebuild = lambda *a, **k: rebuilds.append(1) or original(*a, **k)  # type: ignore[method-assign]
+    out = b.record(orjson.dumps({"wm": T0 + 10**6, "mac": "\u00e9" * 64}), TICK_HEADERS, T0 + 10**7)
+    assert codes(out) == ["forged_tick"] and not rebuilds
 
 
 def test_a_signed_tick_is_capped_at_its_record_time_plus_skew() -> None:

@@ -58,7 +58,9 @@ def read_tick(value: bytes | None, topic: str, key: bytes | None) -> TickRead:
     if key is None:
         return TickRead(wm)
     mac = obj.get("mac") if isinstance(obj, dict) else None
-    if not isinstance(mac, str) or not hmac.compare_digest(mac, tick_mac(key, topic, wm)):
+    # compared as bytes: compare_digest raises on a str that is not ASCII, and a client writes the mac
+    if not isinstance(mac, str) or not hmac.compare_digest(mac.encode("utf-8", "replace"),
+                                                           tick_mac(key, topic, wm).encode()):
         return TickRead(None, "forged_tick",
                         "a tick must be signed by a worker of this deployment (the rf-format: tick header is reserved)")
     return TickRead(wm)
