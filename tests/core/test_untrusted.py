@@ -313,6 +313,22 @@ def test_an_edit_past_the_turn_span_is_refused_as_a_correction_too() -> None:
     assert {r["revision"] for r in within.rewards} == {1}
 
 
+def test_a_correction_refuses_events_dated_further_behind_than_its_turn_took_while_open() -> None:
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
+                     tick_key=KEY, max_turn_span_ms=60_000, correction_ms=600_000)
+    b = Broker(cfg)
+    b.send(T0, ev("InferenceServed", "r1", "s1", T0))
+    b.tick(T0 + 150_000, T0 + 150_000)  # finalised: a later signal may correct it
+    assert b.finals("s1")
+    at = T0 + 200_000
+    fate = {}
+    for name, ts in (("the turn's time", T0 + 1_000), ("a day back", T0 - 86_400_000), ("the year 2000", 946_684_800_000)):
+        out = b.send(at, ev("FollowUp", "r1", "s1", ts, dissatisfied=True))
+        fate[name] = "corrected" if out.rewards else codes(out)[0] if out.dead else "late"
+    assert fate == {"the turn's time": "corrected", "a day back": "too_old", "the year 2000": "too_old"}
+    assert "the watermark that finalised its turn" in b.total.dead[0]["reason"]
+
+
 def test_an_open_turn_refuses_events_dated_further_behind_the_watermark_than_a_turn_can_span() -> None:
     """Each date an event carries is a day partition of the shared events table: an open turn that took
     events of any date would let one client add a partition a day back to the year 2000."""
