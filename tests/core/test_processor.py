@@ -347,7 +347,7 @@ def test_state_of_finalised_turns_is_deleted_eventually() -> None:
     assert [k for k in f.store.data if not k.startswith("r:0:")] == ["m:0"]
     assert len({k.split(":")[2] for k in f.store.data if k.startswith("r:0:")}) <= 64
     assert len(f.final()) == 120 and len([x for x in f.total.excluded if x["reason"] == "orphan"]) == 30
-    assert f.proc._open_served == {}
+    assert not f.proc._open_served
 
 
 def test_tombstones_outlive_their_window_so_late_events_are_recognised() -> None:

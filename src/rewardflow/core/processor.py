@@ -46,6 +46,7 @@ from rewardflow.core.limits import age_refusal, refusal, span_refusal, within
 from rewardflow.core.marks import mark
 from rewardflow.core.recent import Recent
 from rewardflow.core.restore import NEVER, meta_key, restore
+from rewardflow.core.served import OpenServed
 from rewardflow.core.session import SessionState, Tombstone, org_of, session_key, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
 from rewardflow.core.turn import TurnState, outcome_to_obj
@@ -80,7 +81,7 @@ class PartitionProcessor:
         self._wakeups = Wakeups()
         # (session key, request id) of an open served turn -> its served ts (request ids need not be unique
         # across sessions: one session's turn settling must not free the windows another's still needs)
-        self._open_served: dict[tuple[str, str], int] = {}
+        self._open_served = OpenServed()
         self._closes = StoredCloses(partition)
         self._meta_key, self.last_offset = meta_key(partition), -1
         self._marks: list[list[int]] = []  # [first offset of a batch, watermark before it], oldest first
@@ -400,7 +401,7 @@ class PartitionProcessor:
                     out.excluded.append(orphan)  # type: ignore[arg-type]
                     st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts, turn.n))
                 del st.turns[rid]
-                self._open_served.pop((st.key, rid), None)
+                self._open_served.pop((st.key, rid))
             elif cfg.provisional and turn.served is not None:
                 reached = [h for h in hz[:-1] if anchor + h * 1000 + cfg.grace_ms <= wm]
                 if reached and reached[-1] > turn.provisional_h:
@@ -417,8 +418,9 @@ class PartitionProcessor:
         limit = self.wm - self.cfg.settle_ms
         if not self.book.due(limit):
             return
-        if self._open_served:
-            limit = min(limit, min(self._open_served.values()))
+        earliest = self._open_served.earliest()
+        if earliest is not None:
+            limit = min(limit, earliest)
         closed = self.book.close(limit)
         if closed:
             out.windows.extend(closed)
@@ -458,7 +460,7 @@ class PartitionProcessor:
         self.wm, self.maxts, self.last_offset, self.book = r.wm, r.maxts, r.last_offset, r.book
         self._marks, self._prune_wm = r.marks, None
         self._closes = StoredCloses(self.partition, r.closes)
-        self._wakeups, self._open_served = Wakeups(), r.open_served
+        self._wakeups, self._open_served = Wakeups(), OpenServed(r.open_served)
         self._unkeyed, self._dropped = r.unkeyed, r.dropped
         self._states.clear()
         self._paced_ts = None  # (the idle clock's anchor may hold an event time the rebuilt state lacks)
