@@ -38,8 +38,9 @@ def test_writes_and_others_are_refused(ch_db: ChDatabase, sql: str) -> None:
 @pytest.mark.parametrize(("sql", "parameters"), [
     ("SELECT query FROM system.processes", {}),
     ("SELECT * FROM system.`query_log`", {}),
+    ("SELECT name, last_error_message FROM system.errors", {}),  # (a failed statement's text, literals too)
     ("SHOW PROCESSLIST", {}),
-    ("SELECT 1 FROM processes", {}),  # (a request's database may be system)
+    ("SELECT 1 FROM processes", {}),  # (as if the current database were system)
     ("SELECT * FROM view(SELECT query FROM system.processes)", {}),
     ("WITH q AS (SELECT query FROM system.processes) SELECT * FROM q", {}),
     ("SELECT (SELECT any(query) FROM system.processes)", {}),

@@ -1,9 +1,12 @@
-"""The read endpoint's query slots: a cap in all, a share per token, every slot given back."""
+"""The read endpoint's query slots (a cap in all, a share per token, every slot given back) and the databases a
+request may read from."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+
+import pytest
 
 from rewardflow.clickhouse.dsn import parse_dsn
 from rewardflow.readapi.service import ReadService
@@ -47,3 +50,10 @@ def test_slots_taken_and_given_back_from_many_threads_never_exceed_the_cap(tmp_p
         t.join()
     assert 1 <= most[0] <= 4
     assert all(svc.take_slot(t) is None for t in ("x", "y", "z", "w"))  # all four came back
+
+
+@pytest.mark.parametrize("database", ["system", "SYSTEM", "information_schema", "INFORMATION_SCHEMA"])
+def test_the_engines_own_databases_are_refused_as_a_requests_current_one(tmp_path: Path, database: str) -> None:
+    """With ``system`` current, ``merge('^processes$')`` reads other readers' running statements."""
+    with pytest.raises(ValueError, match="the engine's own"):
+        service(tmp_path).borrow(database)

@@ -170,7 +170,7 @@ class SqlGuard:
 PRIVATE_TABLES = frozenset({
     "processes", "query_log", "query_thread_log", "query_views_log", "processors_profile_log", "query_cache",
     "session_log", "text_log", "trace_log", "stack_trace", "opentelemetry_span_log", "asynchronous_insert_log",
-    "asynchronous_inserts", "crash_log", "error_log", "part_log", "backup_log", "zookeeper_log",
+    "asynchronous_inserts", "crash_log", "errors", "error_log", "part_log", "backup_log", "zookeeper_log",
 })
 """Tables of the ``system`` database that show other readers' statements (their literals too) or their
 traces: refused by name, qualified or not (no rewardflow table has these names)."""

@@ -20,6 +20,9 @@ from rewardflow.readapi.signing import Nonces
 from rewardflow.readapi.tokens import TokenStore
 from rewardflow.settings import Settings
 
+ENGINE_DATABASES = frozenset({"system", "information_schema"})
+"""Databases a read request may not name as its current one (compared case-insensitively)."""
+
 
 class ReadService:
     """What the routes share: the engine's readers (a pool per database), the token store, the query slots."""
@@ -55,9 +58,16 @@ class ReadService:
                 self._running.pop(token_id, None)
 
     def borrow(self, database: str | None) -> LocalReader:
-        """A reader of ``database`` no other request uses now (blocking: may open a connection)."""
+        """A reader of ``database`` no other request uses now (blocking: may open a connection).
+
+        Raises ``ValueError`` for anything but a plain name, and for the engine's own databases: with
+        ``system`` as the current database, a table function such as ``merge`` that reads the current
+        database would reach the tables the SQL guard refuses by name (other readers' statements)."""
         if database is not None:
             quote_ident(database)  # refuse anything but a plain name
+            if database.lower() in ENGINE_DATABASES:
+                raise ValueError(f"database {database!r} is the engine's own: read its tables by their qualified "
+                                 "names (system.parts) from a rewardflow database")
         with self._lock:
             pool = self._pools.setdefault(database, [])
             if pool:
