@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from rewardflow.readapi.server import ReadServer
@@ -174,6 +175,28 @@ def test_an_export_whose_token_may_not_move_the_cursor_leaves_no_file(ch_db: ChD
         assert not out.with_name(out.name + ".previous").exists()
     finally:
         server.stop()
+
+
+def test_an_export_never_writes_through_a_symlink_planted_where_its_partial_file_goes(
+        ch_db: ChDatabase, tmp_path: Path) -> None:
+    """In a directory others may write to, a symlink at ``<out>.partial`` would have the export overwrite
+    the file it points to."""
+    from rewardflow.trainer.export import export_parquet
+
+    insert(ch_db.client, [reward(i) for i in range(5)])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not yours")
+    out = tmp_path / "shared" / "r.parquet"
+    out.parent.mkdir()
+    out.with_name(out.name + ".partial").symlink_to(victim)
+    reader = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings())
+    try:
+        assert export_parquet(reader, out, commit=False).rows == 5
+    finally:
+        reader.close()
+    assert victim.read_text() == "not yours"
+    assert not out.is_symlink() and pq.read_table(out).num_rows == 5
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r.parquet"]
 
 
 def test_export_is_exactly_the_final_rows_in_seq_order(ch_db: ChDatabase) -> None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow.parquet as pq
 
@@ -47,28 +48,30 @@ def export_parquet(
     partial, previous = out.with_name(out.name + ".partial"), out.with_name(out.name + ".previous")
     rows = 0
     writer: pq.ParquetWriter | None = None
+    fh = _create(partial)
     try:
         for batch in reader:
             if writer is None:
-                writer = pq.ParquetWriter(partial, batch.schema, compression="zstd")
+                writer = pq.ParquetWriter(fh, batch.schema, compression="zstd")
             writer.write_batch(batch)
             rows += batch.num_rows
             if on_batch is not None:
                 on_batch(batch.num_rows)
         if writer is None:
-            writer = pq.ParquetWriter(partial, reader.schema(), compression="zstd")
+            writer = pq.ParquetWriter(fh, reader.schema(), compression="zstd")
         writer.close()
         writer = None
-        with open(partial, "rb") as fh:
-            os.fsync(fh.fileno())
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
         if commit and out.exists():  # (an --overwrite: kept until the cursor has moved past the new rows)
             os.replace(out, previous)
         os.replace(partial, out)
     finally:
         if writer is not None:
             writer.close()
-        if partial.exists():
-            partial.unlink()
+        fh.close()
+        partial.unlink(missing_ok=True)
     try:
         cursor = reader.commit() if commit else None
     except AccessDenied:  # the cursor stayed where it was: the new rows are not behind it, and a retry writes them
@@ -80,3 +83,16 @@ def export_parquet(
     if previous.exists():
         previous.unlink()
     return ExportResult(rows, out, out.stat().st_size, time.perf_counter() - started, cursor)
+
+
+def _create(path: Path) -> BinaryIO:
+    """A new file at ``path``, open for writing. Whatever is there (a file a crash left, a symlink) is
+    removed first, and the file is created exclusively, never through a symlink: one planted in a
+    directory others may write to would have the export overwrite the file it points to."""
+    path.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.fdopen(os.open(path, flags, 0o644), "wb")
+    except FileExistsError:
+        raise FileExistsError(f"{path} was created by another process while the export started; "
+                              "is another export writing the same file?") from None
