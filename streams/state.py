@@ -4,7 +4,8 @@ Values are stored as orjson bytes (``value_serializer='raw'``), so the table's
 changelog carries exactly what the core asked to keep.
 
 Contract: :meth:`TableStore.put` and :meth:`TableStore.delete` change the local
-table at once and queue the changelog record for partition
+table at once and queue the changelog record (none for a value whose bytes the table holds
+already under that key) for partition
 :attr:`TableStore.partition` (the shell sets it to the source partition of the
 records being processed); :meth:`TableStore.send_queued` hands the queue, in
 call order, to the worker's :class:`~rewardflow_streams.sender.OutputSender`,
@@ -71,8 +72,10 @@ class TableStore:
         if self.max_bytes is not None and len(data) > self.max_bytes:
             raise ValueError(f"state value of {key!r} is {len(data):,} bytes, over the changelog's "
                              f"{self.max_bytes:,}-byte record limit")
-        self._queue.append((self._partition(), key, data))
-        self.table.data[key] = data
+        if self.table.data.get(key) != data:  # the same bytes again (a record refused or a duplicate): the
+            # changelog's last record of the key holds them already, and a state at its limits is megabytes
+            self._queue.append((self._partition(), key, data))
+            self.table.data[key] = data
         self._decoded.keep(key, data, value)
 
     def delete(self, key: str) -> None:
