@@ -299,13 +299,19 @@ def test_edits_dated_past_the_turn_span_are_refused_and_hold_back_no_window_of_t
     assert b.finals("s-evil") and b.finals("s1")  # and both turns were scored
 
 
-def test_an_edit_past_the_turn_span_is_refused_as_a_correction_too() -> None:
+def _finalised_turn() -> Broker:
+    """A partition whose turn r1 of s1 is finalised, within its correction window."""
     cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
                      tick_key=KEY, max_turn_span_ms=60_000, correction_ms=600_000)
     b = Broker(cfg)
     b.send(T0, ev("InferenceServed", "r1", "s1", T0))
     b.tick(T0 + 150_000, T0 + 150_000)  # finalised: a later signal may correct it
     assert b.finals("s1")
+    return b
+
+
+def test_an_edit_past_the_turn_span_is_refused_as_a_correction_too() -> None:
+    b = _finalised_turn()
     at = T0 + 200_000
     out = b.send(at, ev("AgentEdit", "r1", "s1", at, edit_id="late-edit"))
     assert codes(out) == ["turn_span_limit"] and not out.rewards and not out.valid
@@ -314,12 +320,7 @@ def test_an_edit_past_the_turn_span_is_refused_as_a_correction_too() -> None:
 
 
 def test_a_correction_refuses_events_dated_further_behind_than_its_turn_took_while_open() -> None:
-    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
-                     tick_key=KEY, max_turn_span_ms=60_000, correction_ms=600_000)
-    b = Broker(cfg)
-    b.send(T0, ev("InferenceServed", "r1", "s1", T0))
-    b.tick(T0 + 150_000, T0 + 150_000)  # finalised: a later signal may correct it
-    assert b.finals("s1")
+    b = _finalised_turn()
     at = T0 + 200_000
     fate = {}
     for name, ts in (("the turn's time", T0 + 1_000), ("a day back", T0 - 86_400_000), ("the year 2000", 946_684_800_000)):
