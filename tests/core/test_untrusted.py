@@ -327,7 +327,20 @@ def test_a_correction_refuses_events_dated_further_behind_than_its_turn_took_whi
         out = b.send(at, ev("FollowUp", "r1", "s1", ts, dissatisfied=True))
         fate[name] = "corrected" if out.rewards else codes(out)[0] if out.dead else "late"
     assert fate == {"the turn's time": "corrected", "a day back": "too_old", "the year 2000": "too_old"}
-    assert "the watermark that finalised its turn" in b.total.dead[0]["reason"]
+    assert "its turn's deadline" in b.total.dead[0]["reason"]
+
+
+def test_a_correction_dated_after_its_served_event_is_taken_however_late_its_turn_was_finalised() -> None:
+    """A partition that got no record for a while finalises its turns at a watermark far past their
+    deadlines: the bound is the turn's deadline, not that watermark."""
+    cfg = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
+                     tick_key=KEY, max_turn_span_ms=60_000, correction_ms=600_000)
+    b = Broker(cfg)
+    b.send(T0, ev("InferenceServed", "r1", "s1", T0))
+    b.tick(T0 + 700_000, T0 + 700_000)  # the deadline was T0 + 122 s
+    assert b.finals("s1")
+    out = b.send(T0 + 750_000, ev("FollowUp", "r1", "s1", T0 + 300_000, dissatisfied=True))
+    assert not out.dead and {r["revision"] for r in out.rewards} == {1}
 
 
 def test_an_open_turn_refuses_events_dated_further_behind_the_watermark_than_a_turn_can_span() -> None:

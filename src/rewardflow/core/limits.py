@@ -56,19 +56,20 @@ def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[
     return None
 
 
-def age_refusal(cfg: JoinConfig, ts: int, wm: int, finalised: bool = False) -> tuple[str, str] | None:
+def age_refusal(cfg: JoinConfig, ts: int, wm: int, deadline: bool = False) -> tuple[str, str] | None:
     """The dead-letter code and reason of an event for an open turn dated more than its turn's settle time
     plus ``max_turn_span_ms`` behind the watermark ``wm``, else None. For a correction of a finalised turn
-    (``finalised``), ``wm`` is the watermark that finalised it: the bound the turn had while it was open.
+    (``deadline``), ``wm`` is the turn's deadline, which every watermark it was open at was below: the
+    widest bound the turn had while open.
 
     An open turn's deadline (its anchor plus the settle time) is still ahead of the watermark, and its
     anchor is at most ``max_turn_span_ms`` after its served event (:func:`span_refusal`), so no event of
-    the turn is that old. Without the bound a turn took events of any date, and each new date is a
+    the turn is that old. Without the bound a turn would take events of any date, and each new date is a
     new day partition of the ``events`` table, shared by every tenant."""
     behind = wm - ts
     if behind <= cfg.settle_ms + cfg.max_turn_span_ms:
         return None
-    which = "the watermark that finalised its turn" if finalised else "the partition's watermark"
+    which = "its turn's deadline" if deadline else "the partition's watermark"
     return ("too_old", f"ts {ts} is {behind} ms behind {which}; a turn's events are at most "
             f"{cfg.settle_ms + cfg.max_turn_span_ms} ms behind it (its settle time plus "
             f"REWARDFLOW_MAX_TURN_SPAN_MS)")

@@ -273,7 +273,7 @@ class PartitionProcessor:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
         if done is not None and self._live(done):
             if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev):
-                if not self._dead(age_refusal(self.cfg, ts, done.wm, finalised=True)
+                if not self._dead(age_refusal(self.cfg, ts, done.deadline, deadline=True)
                                   or span_refusal(self.cfg, ev, done.served_ts), raw, idx, offset, now_ms, out):
                     self._correct(st, rid, done, ev, raw, idx, offset, now_ms, out)
                 return
