@@ -72,11 +72,14 @@ class TableStore:
         if self.max_bytes is not None and len(data) > self.max_bytes:
             raise ValueError(f"state value of {key!r} is {len(data):,} bytes, over the changelog's "
                              f"{self.max_bytes:,}-byte record limit")
-        if self.table.data.get(key) != data:  # the same bytes again (a record refused or a duplicate): the
-            # changelog's last record of the key holds them already, and a state at its limits is megabytes
+        stored = self.table.data.get(key)
+        if stored != data:
             self._queue.append((self._partition(), key, data))
-            self.table.data[key] = data
-        self._decoded.keep(key, data, value)
+            self.table.data[key] = stored = data
+        # else the same bytes again (a record refused or a duplicate): the changelog's last record of the key
+        # holds them already, and a state at its limits is megabytes. The decoded value is kept against the
+        # bytes object the table holds, so the next read finds it.
+        self._decoded.keep(key, stored, value)
 
     def delete(self, key: str) -> None:
         if key in self.table.data:

@@ -186,12 +186,12 @@ class EncodedStore:
         if self.check and data != orjson.dumps(value, option=JSON_OPTS):
             raise AssertionError(f"put_json bytes of {key!r} are not orjson.dumps of its value")
         self.put_json_calls += 1
-        self._decoded.keep(key, data, value)
-        if self.data.get(key) == data:
-            return  # the worker's table writes nothing for the same bytes again
-        self.data[key] = data
-        self.records += 1
-        self.written += len(data)
+        stored = self.data.get(key)
+        if stored != data:  # (the worker's table writes nothing for the same bytes again)
+            self.data[key] = stored = data
+            self.records += 1
+            self.written += len(data)
+        self._decoded.keep(key, stored, value)
 
     def delete(self, key: str) -> None:
         if self.data.pop(key, None) is not None:
