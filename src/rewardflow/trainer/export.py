@@ -68,10 +68,12 @@ def export_parquet(
             os.replace(out, previous)
         os.replace(partial, out)
     finally:
-        if writer is not None:
-            writer.close()
-        fh.close()
-        partial.unlink(missing_ok=True)
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            fh.close()
+            partial.unlink(missing_ok=True)
     try:
         cursor = reader.commit() if commit else None
     except AccessDenied:  # the cursor stayed where it was: the new rows are not behind it, and a retry writes them
@@ -90,9 +92,9 @@ def _create(path: Path) -> BinaryIO:
     removed first, and the file is created exclusively, never through a symlink: one planted in a
     directory others may write to would have the export overwrite the file it points to."""
     path.unlink(missing_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
         return os.fdopen(os.open(path, flags, 0o644), "wb")
     except FileExistsError:
-        raise FileExistsError(f"{path} was created by another process while the export started; "
-                              "is another export writing the same file?") from None
+        raise FileExistsError(f"{path} appeared again as soon as it was removed: another process writes "
+                              "there (two exports to one file are not supported)") from None
