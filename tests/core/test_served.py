@@ -22,7 +22,9 @@ def test_the_earliest_is_the_plain_minimum_after_any_changes_and_the_heap_stays_
         assert served.earliest() == (min(model.values()) if model else None)
         assert len(served) == len(model) and bool(served) == bool(model)
         assert len(served._heap) <= 2 * len(model) + 64
-    assert dict(served.items()) == model
+    for key, ts in model.items():  # what it holds is the model's, key by key
+        assert served.pop(key) == ts
+    assert not served and served.earliest() is None
 
 
 def test_a_turn_held_open_keeps_the_earliest_while_others_come_and_go() -> None:

@@ -56,9 +56,6 @@ class OpenServed:
             heapq.heappop(heap)
         return None
 
-    def items(self) -> list[tuple[Key, int]]:
-        return list(self._ts.items())
-
     def _bound(self) -> None:
         if len(self._heap) > 2 * len(self._ts) + 64:
             self._rebuild()
