@@ -10,6 +10,7 @@ stream alone.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import random
 from typing import Any
 
@@ -22,7 +23,8 @@ from rewardflow.core.config import DictStore, EncodedStore, JoinConfig
 from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.session import SessionState, session_key
-from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES
+from rewardflow.core.corrections import correction_keep_ms
+from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES, stored_factor
 from rewardflow.core.ticks import TICK_HEADERS, signed_tick
 from rewardflow.events.wire import encode_avro, encode_json
 from tests.core.feed import JSON_H, SPECS
@@ -523,6 +525,85 @@ def test_a_session_of_one_org_keeps_taking_its_own_turns() -> None:
         assert not b.send(T0 + 130_000 + i, *_as("org-a", turn(rid, "s1", T0 + i, horizons=HZ))).dead
     b.tick(T0 + 400_000, T0 + 400_000)
     assert {k[1] for k in b.finals("s1")} == {"r1", "r2"}
+
+
+# A turn held open for its whole span holds every window of its partition back, and with them the
+# tombstones those windows still need: tombstone_ms 0 makes keep_done_ms the settle time plus a window.
+HELD = JoinConfig(horizons_s=HZ, grace_ms=2_000, lateness_ms=500, window_sizes_s=(60,), max_clock_skew_ms=SKEW,
+                  tick_key=KEY, max_turn_span_ms=300_000, tombstone_ms=0, max_session_turns=3, max_session_events=30)
+
+
+def _holding(b: Broker, org: str, until: int) -> None:
+    """Keep a turn of ``org`` open from T0 up to ``until``: an edit a minute, each within the turn span,
+    the partition's time following them."""
+    b.send(T0, *_as(org, [ev("InferenceServed", "held", "s-held", T0)]))
+    for at in range(T0 + 60_000, until + 1, 60_000):
+        assert not b.send(at, *_as(org, [ev("AgentEdit", "held", "s-held", at, edit_id=f"e{at}")])).dead
+        b.tick(at, at)
+
+
+def test_another_orgs_held_turn_leaves_a_sessions_turn_limit_as_it_was() -> None:
+    """Finalised turns count against their session's limit until they expire by the session's own time,
+    even while another org's turn holds the windows that keep them stored."""
+    def run(held: bool) -> tuple[int, list[str]]:
+        b = Broker(HELD)
+        b.send(T0 + 1, *_as("org-a", [ev("InferenceServed", f"v{i}", "victim", T0 + 1) for i in range(3)]))
+        if held:
+            _holding(b, "org-b", T0 + 300_000)
+        else:
+            for t in range(T0 + 60_000, T0 + 300_001, 60_000):
+                b.tick(t, t)
+        at = T0 + 400_000  # the victim's turns finalised at T0 + 180 s at the latest: past keep_done_ms now
+        b.tick(at, at)
+        return len(b.store.get("s:org-a\tvictim")[4]), codes(b.send(at, *_as("org-a", [ev("InferenceServed", "v3", "victim", at)])))
+
+    (kept, held), (_, free) = run(True), run(False)
+    assert kept == 3  # the held windows keep the victim's tombstones...
+    assert held == free == []  # ...but its limit counts them as if nothing held them
+
+
+def test_a_correction_arriving_past_its_window_and_grace_is_late_even_while_its_tombstone_is_kept() -> None:
+    """A tombstone kept only because a window holding it is open takes no more events: the session limits,
+    which count by the session's own time, bound its state."""
+    cfg = dataclasses.replace(HELD, correction_ms=60_000)
+    b = Broker(cfg)
+    b.send(T0 + 1, ev("InferenceServed", "r1", "s1", T0 + 1))
+    _holding(b, "org-b", T0 + 300_000)
+    finalised = next(r["finalised_wm"] for r in b.total.rewards if r["session_id"] == "s1" and not r["provisional"])
+    assert b.proc.wm > finalised + correction_keep_ms(cfg) and b.store.get("s:org\ts1")[4]
+    within_window = finalised - cfg.settle_ms + cfg.correction_ms  # dated within the correction window
+    out = b.send(b.proc.wm, ev("FollowUp", "r1", "s1", within_window, dissatisfied=True))
+    assert not out.rewards and [x["reason"] for x in out.late] == ["late"]
+
+
+@pytest.mark.parametrize("correction_ms", [0, 60_000])
+def test_a_session_whose_windows_are_held_stores_at_most_its_limits_times_the_stored_factor(correction_ms: int) -> None:
+    """A session opening turns as fast as its limit lets it, and padding each finalised turn with
+    corrections for as long as they are taken, while another org's turns hold every window back."""
+    cfg = dataclasses.replace(HELD, correction_ms=correction_ms, max_session_turns=4, max_session_events=12)
+    factor = stored_factor(cfg)
+    b = Broker(cfg)
+    most = (0, 0)
+    for k in range(120):
+        at = T0 + k * 10_000
+        if k % 10 == 0:  # a turn served every 100 s, edited after 100, 200 and 300 s (its span)
+            other = [ev("InferenceServed", "held", f"s-held{k}", at)]
+            other += [ev("AgentEdit", "held", f"s-held{k - j}", at, edit_id=f"e{j}") for j in (10, 20, 30) if k >= j]
+            assert not any(b.send(at, *_as("org-b", [e])).dead for e in other)
+        batch = [ev("InferenceServed", f"v{k}-{i}", "victim", at) for i in range(cfg.max_session_turns)]
+        if correction_ms:
+            # each dated as late as its turn's correction window allows (T0 + j * 10 s was its served event)
+            batch += [ev("ToolCall", f"v{j}-{i}", "victim", min(at - 1, T0 + j * 10_000 + cfg.settle_ms + correction_ms),
+                         call_id=f"c{k}", status="broken") for j in range(max(0, k - 40), k) for i in range(cfg.max_session_turns)]
+        b.send(at, *batch)
+        b.tick(at, at)
+        obj = b.store.get("s:org\tvictim")
+        turns, events = SessionState.from_obj(obj, "org").load()
+        assert turns <= factor * cfg.max_session_turns and events <= factor * cfg.max_session_events, (k, turns, events)
+        most = max(most, (turns, events))
+    assert most[0] > cfg.max_session_turns  # the held windows did keep more than the limit
+    assert b.total.rewards and not any(d["reason_code"] not in ("session_turn_limit", "session_event_limit")
+                                       for d in b.total.dead)
 
 
 def test_two_sessions_turns_sharing_a_request_id_both_reach_their_windows() -> None:

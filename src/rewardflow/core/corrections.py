@@ -52,10 +52,21 @@ def kept(cfg: JoinConfig, turn: TurnState) -> tuple[list[Any] | None, int]:
     return turn.to_obj(), turn.anchor() + cfg.settle_ms
 
 
-def correctable(cfg: JoinConfig, tomb: Tombstone, ev: Envelope) -> bool:
-    """Whether ``ev`` corrects the finalised turn of ``tomb`` instead of being late."""
+def correction_keep_ms(cfg: JoinConfig) -> int:
+    """How far past the watermark that finalised a turn its tombstone still takes corrections: the
+    correction window plus the grace period, so a signal dated within the window that arrives as late
+    as an open turn allows is taken. Past it the signal is late, even while the tombstone is kept."""
+    return cfg.correction_ms + cfg.grace_ms
+
+
+def correctable(cfg: JoinConfig, tomb: Tombstone, ev: Envelope, wm: int) -> bool:
+    """Whether ``ev``, at the partition's watermark ``wm``, corrects the finalised turn of ``tomb``
+    instead of being late: dated at most the correction window after the turn's deadline, and
+    arriving while the watermark is at most the window plus the grace period past the one that
+    finalised the turn (:func:`correction_keep_ms`: a tombstone kept longer only because its window
+    is held open takes no more events, so the session limits bound it)."""
     return (tomb.turn is not None and tomb.outcome is not None and type(ev) is not InferenceServed
-            and ev.ts <= tomb.deadline + cfg.correction_ms)
+            and ev.ts <= tomb.deadline + cfg.correction_ms and wm <= tomb.wm + correction_keep_ms(cfg))
 
 
 def correct(tomb: Tombstone, ev: Envelope, cfg: JoinConfig, offset: int, committed: int | None, scored: Scored,

@@ -2,25 +2,30 @@
 sends. Each rule returns a dead-letter code and reason, or None; the processor dead-letters the event.
 
 A session may hold at most ``max_session_turns`` turns (open ones plus finalised ones whose
-tombstone is still live) and ``max_session_events`` events in them. An event beyond either
-is refused with a dead-letter code; only that session's excess is affected. The counts
-cover live tombstones only, so a decision never depends on when expired tombstones happen
-to be pruned (a restart rebuilds the wake-up schedule, and prunes at other times).
+tombstone is within ``keep_done_ms`` of the watermark) and ``max_session_events`` events in them.
+An event beyond either is refused with a dead-letter code; only that session's excess is affected.
+The counts depend on the session's own turns and the partition's watermark only: a tombstone is
+also kept while a window holding its turn is open, and another session's open turn can hold a
+window back, so counting kept tombstones would let another tenant use up a session's limit. Nor
+does a decision depend on when expired tombstones happen to be pruned (a restart rebuilds the
+wake-up schedule, and prunes at other times).
+
+A session can therefore store more than its limits: tombstones past ``keep_done_ms`` whose
+windows are held back. :func:`stored_factor` bounds how many times its limits.
 
 Contract: pure. :data:`TURN_BYTES` and :data:`EVENT_BYTES` bound what a turn and an event add
 to the stored state at the contract's longest ids, so a session at its limits fits a
 changelog record of ``turns * TURN_BYTES + events * EVENT_BYTES`` bytes
-(``tests/core/test_untrusted.py`` builds such a session). The bound counts a byte a character:
+times :func:`stored_factor` (``tests/core/test_untrusted.py`` builds such sessions). The bound counts a byte a character:
 the ids and labels the state keeps are ``printable`` in the schemas (ASCII that JSON writes as
 itself), and the free-text fields it would not fit are kept nowhere in the state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from rewardflow.core.config import JoinConfig
-from rewardflow.core.session import SessionState, Tombstone
+from rewardflow.core.corrections import correction_keep_ms
+from rewardflow.core.session import SessionState
 from rewardflow.events.models import AgentEdit, Envelope
 
 TURN_BYTES = 4_096
@@ -38,14 +43,13 @@ def within(st: SessionState, cfg: JoinConfig, new_turn: bool) -> bool:
     return (not new_turn or turns < cfg.max_session_turns) and events < cfg.max_session_events
 
 
-def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[], tuple[int, int]],
-            live: Callable[[Tombstone], bool]) -> tuple[str, str] | None:
+def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, wm: int) -> tuple[str, str] | None:
     """The dead-letter code and reason when one more event (opening a turn if ``new_turn``) would
-    put the session over its limits, else None. Cheap while the session is far from them (:func:`within`):
-    only then are ``clock`` (the watermark and the windows' closed-through) and ``live`` asked."""
+    put the session over its limits at the watermark ``wm``, else None. Cheap while the session is
+    far from them (:func:`within`)."""
     if within(st, cfg, new_turn):
         return None
-    turns, events = st.live_load(*clock(), live)
+    turns, events = st.live_load(wm, wm - cfg.keep_done_ms)
     if new_turn and turns >= cfg.max_session_turns:
         return ("session_turn_limit", f"session {st.session_id[:128]!r} holds {turns} turns, the limit "
                 f"(REWARDFLOW_MAX_SESSION_TURNS={cfg.max_session_turns}); a finalised turn counts until "
@@ -54,6 +58,24 @@ def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, clock: Callable[[
         return ("session_event_limit", f"session {st.session_id[:128]!r} holds {events} events, the limit "
                 f"(REWARDFLOW_MAX_SESSION_EVENTS={cfg.max_session_events})")
     return None
+
+
+def stored_factor(cfg: JoinConfig) -> int:
+    """The most times its limits (turns, and events in them) a session's stored state holds.
+
+    A tombstone is kept past ``keep_done_ms`` while a window holding its served event is open. An open
+    turn holds its partition's windows back, by at most the settle time plus ``max_turn_span_ms`` (its
+    deadline is ahead of the watermark), and a window is at most ``longest_window_ms`` long; a served
+    turn is finalised a settle time after its served event at the earliest. So a tombstone kept past
+    ``keep_done_ms`` was finalised at most ``max_turn_span_ms + longest_window_ms`` behind the watermark.
+    Those finalised within one stretch of ``keep_done_ms - correction_keep_ms`` (corrections off: of
+    ``keep_done_ms``) were all counted, at their final size, at one watermark, so they are within the
+    limits together; the tombstones not yet expired and the open turns are within them as well.
+    """
+    keep = cfg.keep_done_ms
+    stretch = keep - correction_keep_ms(cfg) if cfg.correction_ms else keep
+    older = cfg.max_turn_span_ms + cfg.longest_window_ms - keep
+    return 1 + max(0, -(-older // stretch))
 
 
 def age_refusal(cfg: JoinConfig, ts: int, wm: int, deadline: bool = False) -> tuple[str, str] | None:

@@ -272,7 +272,7 @@ class PartitionProcessor:
             if held is not None and offset <= held[0]:  # a replay meeting state written after this record:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
         if done is not None and self._live(done):
-            if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev):
+            if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev, self.wm):
                 if not self._dead(age_refusal(self.cfg, ts, done.deadline, deadline=True)
                                   or span_refusal(self.cfg, ev, done.served_ts), raw, idx, offset, now_ms, out):
                     self._correct(st, rid, done, ev, raw, idx, offset, now_ms, out)
@@ -292,7 +292,7 @@ class PartitionProcessor:
                 and self._dead(age_refusal(self.cfg, ts, self.wm), raw, idx, offset, now_ms, out):
             return
         if not within(st, self.cfg, turn is None) \
-                and self._dead(refusal(st, self.cfg, turn is None, self._clock, self._live), raw, idx, offset, now_ms, out):
+                and self._dead(refusal(st, self.cfg, turn is None, self.wm), raw, idx, offset, now_ms, out):
             return
         if turn is not None and turn.served is not None \
                 and self._dead(span_refusal(self.cfg, ev, turn.served["ts"]), raw, idx, offset, now_ms, out):
@@ -312,7 +312,7 @@ class PartitionProcessor:
     def _correct(self, st: SessionState, rid: str, done: Tombstone, ev: Envelope, raw: dict[str, Any], idx: int,
                  offset: int, now_ms: int, out: Outputs) -> None:
         """A signal for a finalised turn within the correction window: its next revision (corrections.py)."""
-        if self._dead(refusal(st, self.cfg, False, self._clock, self._live), raw, idx, offset, now_ms, out):
+        if self._dead(refusal(st, self.cfg, False, self.wm), raw, idx, offset, now_ms, out):
             return
         tomb, rewards, windows = correct(done, ev, self.cfg, offset, self._keep_offset, self._scored, self.partition)
         st.finalise(rid, tomb)
@@ -330,9 +330,6 @@ class PartitionProcessor:
             out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record),
                                         now_ms))
         return over is not None
-
-    def _clock(self) -> tuple[int, int]:
-        return self.wm, self.book.min_closed_through()
 
     def _live(self, t: Tombstone) -> bool:
         """Whether a tombstone is remembered, pruned or not (so no decision depends on wake-up timing)."""

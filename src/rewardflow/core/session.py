@@ -102,9 +102,9 @@ class SessionState:
     _done_obj: tuple[Any, int, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
     _done_min: tuple[Any, int, int, int | None] | None = field(default=None, repr=False, compare=False)
     # [turns, events] of the open turns and of every tombstone in ``done`` (never below what
-    # :meth:`live_load` counts), and the (watermark, closed-through) it was last made exact at
+    # :meth:`live_load` counts), and the watermark it was last made exact at
     _load: list[int] | None = field(default=None, repr=False, compare=False)
-    _load_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    _load_at: int | None = field(default=None, repr=False, compare=False)
 
     org_id: str = ""
     key: str = field(default="", repr=False, compare=False)  # session_key(org_id, session_id)
@@ -132,16 +132,16 @@ class SessionState:
             self._load_at = None
         return self._load[0], self._load[1]
 
-    def live_load(self, wm: int, closed_through: int, live: Callable[[Tombstone], bool]) -> tuple[int, int]:
-        """Turns and events of the open turns and the ``live`` tombstones: the count the session
-        limits apply to. It depends on the watermark and the windows only, never on when expired
-        tombstones were pruned. Computed once per (``wm``, ``closed_through``), then kept current
-        by :meth:`note_applied`."""
-        if self._load is None or self._load_at != (wm, closed_through):
-            kept = [t for t in self.done.values() if live(t)]
+    def live_load(self, wm: int, since: int) -> tuple[int, int]:
+        """Turns and events of the open turns and of the tombstones finalised at a watermark at or after
+        ``since``: the count the session limits apply to (:mod:`rewardflow.core.limits`). It depends
+        on the session's own turns only, never on when expired tombstones were pruned nor on what
+        else keeps them. Computed once per watermark ``wm``, then kept current by :meth:`note_applied`."""
+        if self._load is None or self._load_at != wm:
+            kept = [t for t in self.done.values() if t.wm >= since]
             self._load = [len(self.turns) + len(kept),
                           sum(t.n for t in self.turns.values()) + sum(t.n for t in kept)]
-            self._load_at = (wm, closed_through)
+            self._load_at = wm
         return self._load[0], self._load[1]
 
     def note_applied(self, new_turn: bool) -> None:

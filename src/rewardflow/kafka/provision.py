@@ -24,7 +24,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from rewardflow.kafka import topics as T
-from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES
+from rewardflow.core.config import JoinConfig
+from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES, stored_factor
 from rewardflow.settings import Settings
 
 ALL_TOPICS = (T.RAW, *T.OUTPUT_TOPICS)
@@ -44,9 +45,11 @@ def dead_letter_record_limit(settings: Settings) -> int:
 
 def state_record_limit(settings: Settings) -> int:
     """``max.message.bytes`` of the worker's state changelog: the largest session state the session
-    limits allow (:data:`~rewardflow.core.limits.TURN_BYTES` per turn, ``EVENT_BYTES`` per event),
+    limits allow (:data:`~rewardflow.core.limits.TURN_BYTES` per turn, ``EVENT_BYTES`` per event,
+    times :func:`~rewardflow.core.limits.stored_factor` for the finalised turns a held-back window keeps),
     and never below twice the largest raw record."""
-    need = settings.max_session_turns * TURN_BYTES + settings.max_session_events * EVENT_BYTES + _SLACK
+    factor = stored_factor(JoinConfig.from_settings(settings))
+    need = factor * (settings.max_session_turns * TURN_BYTES + settings.max_session_events * EVENT_BYTES) + _SLACK
     return max(2 * settings.max_record_bytes, need)
 
 
