@@ -4,6 +4,7 @@ request may read from."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,10 @@ def test_the_engines_own_databases_are_refused_as_a_requests_current_one(tmp_pat
     """With ``system`` current, ``merge('^processes$')`` reads other readers' running statements."""
     with pytest.raises(ValueError, match="the engine's own"):
         service(tmp_path).borrow(database)
+
+
+def test_a_signed_request_taken_by_an_endpoint_is_refused_by_the_next_one_on_its_home(tmp_path: Path) -> None:
+    now = int(time.time())
+    assert service(tmp_path).nonces.take("0123456789ab", "a" * 32, now) is None
+    refused = service(tmp_path).nonces.take("0123456789ab", "a" * 32, now)  # after a restart
+    assert refused is not None and refused[0] == 401

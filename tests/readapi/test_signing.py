@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import pytest
+
+from rewardflow.readapi import noncelog
+from rewardflow.readapi.noncelog import NONCES_FILE, NonceLog
 from rewardflow.readapi.signing import Nonces, Signed, parse
 
 SIG = "ab" * 32
@@ -42,3 +47,42 @@ def test_a_nonce_is_kept_while_its_request_could_still_be_taken() -> None:
     assert nonces.take("t1", "a", int(now)) is not None  # still within the window: a copy is refused
     time.sleep(0.35)
     assert nonces.take("t1", "b", int(time.time())) is None  # "a"'s request is past the window: it made room
+
+
+def test_a_nonce_taken_before_a_restart_is_refused_after_it(tmp_path: Path) -> None:
+    log = tmp_path / NONCES_FILE
+    now = int(time.time())
+    first = Nonces(window_s=60, log=NonceLog(log))
+    assert first.take("0123456789ab", "a" * 32, now) is None
+    with log.open("a") as f:
+        f.write(f"0123456789ab {'b' * 32} {now - 1}\n")  # a nonce whose request is past the window
+        f.write("0123456789ab " + "c" * 32)  # a line a kill cut short: no nonce of its was acted on
+    again = Nonces(window_s=60, log=NonceLog(log))  # the endpoint restarted
+    assert again.take("0123456789ab", "a" * 32, now) == (401, "this signed request was taken before (a copy is refused)")
+    assert again.take("0123456789ab", "c" * 32, now) is None
+    assert [line.split()[1][0] for line in log.read_text().splitlines()] == ["a", "c"]  # rewritten at start
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_nonce_log_is_rewritten_once_it_grows_past_twice_the_nonces_kept(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(noncelog, "SLACK", 3)
+    log = tmp_path / NONCES_FILE
+    nonces = Nonces(window_s=0.2, log=NonceLog(log))
+    lines = []
+    for i in range(12):
+        assert nonces.take("0123456789ab", f"{i:016x}", int(time.time())) is None
+        lines.append(len(log.read_text().splitlines()))
+        time.sleep(0.1)  # each request's nonce goes a few takes later
+    assert max(lines) <= 2 * 4 + 3 + 1 and lines[-1] < 12  # never more than the rule allows, and rewritten
+
+
+def test_a_nonce_the_endpoint_cannot_record_is_refused_and_not_kept(tmp_path: Path) -> None:
+    log = tmp_path / NONCES_FILE
+    nonces = Nonces(window_s=60, log=NonceLog(log))
+    log.unlink()
+    log.mkdir()  # whatever makes the write fail
+    refused = nonces.take("0123456789ab", "a" * 32, int(time.time()))
+    assert refused is not None and refused[0] == 503 and "cannot record" in refused[1]
+    log.rmdir()
+    assert nonces.take("0123456789ab", "a" * 32, int(time.time())) is None  # the reader's retry is taken

@@ -213,14 +213,15 @@ async def _admitted(service: ReadService, request: Request, limit: int,
 
 
 def _take(service: ReadService, signed: signing.Signed | None) -> Response | None:
-    """Take a signed request's nonce: None, or the response refusing a copy (401) or a token over its count (429)."""
+    """Take a signed request's nonce: None, or the response refusing a copy (401), a token over its count
+    (429) or a nonce the endpoint could not record (503)."""
     if signed is None:
         return None
     refused = service.nonces.take(signed.token_id, signed.nonce, signed.ts)
     if refused is None:
         return None
-    if refused[0] == 429:
-        return PlainTextResponse(refused[1], 429, headers={"Retry-After": "5"})
+    if refused[0] in (429, 503):
+        return PlainTextResponse(refused[1], refused[0], headers={"Retry-After": "5"})
     return _unauthorized(refused[1])
 
 

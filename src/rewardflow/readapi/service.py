@@ -16,6 +16,7 @@ from rewardflow.clickhouse.connect import local_reader
 from rewardflow.clickhouse.ddl import quote_ident
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.clickhouse.readers import LocalReader
+from rewardflow.readapi.noncelog import NONCES_FILE, NonceLog
 from rewardflow.readapi.signing import Nonces
 from rewardflow.readapi.tokens import TokenStore
 from rewardflow.settings import Settings
@@ -30,7 +31,7 @@ class ReadService:
     def __init__(self, dsn: Dsn, settings: Settings) -> None:
         self.dsn, self.settings = dsn, settings
         self.tokens = TokenStore(settings.home)
-        self.nonces = Nonces()  # (of the signed requests taken: each is taken once)
+        self.nonces = Nonces(log=NonceLog(settings.home / NONCES_FILE))  # (each signed request is taken once)
         self._pools: dict[str | None, list[LocalReader]] = {}
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}  # token id -> its queries running now (absent: none)
