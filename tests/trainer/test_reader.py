@@ -254,3 +254,28 @@ def test_a_reader_closed_mid_stream_does_not_pass_for_exhausted(ch_db: ChDatabas
         for batch in it:
             handed.append(batch)
     assert reader._position == handed[-1].column("_seq")[-1].as_py()  # what was handed out, never the horizon
+
+
+def test_a_second_export_to_a_file_being_written_stops_and_leaves_the_first_whole(
+        ch_db: ChDatabase, tmp_path: Path) -> None:
+    from rewardflow.trainer.export import ExportInProgress, export_parquet
+
+    insert(ch_db.client, [reward(i) for i in range(7)])
+    out = tmp_path / "r.parquet"
+    first = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings())
+    second = RewardReader(ch_db.dsn, trainer=None, settle_s=0, settings=ch_db.settings())
+    refused: list[str] = []
+
+    def meanwhile(rows: int) -> None:  # while the first export holds its partial file
+        with pytest.raises(ExportInProgress, match="another export is writing") as exc:
+            export_parquet(second, out, commit=False)
+        refused.append(str(exc.value))
+
+    try:
+        assert export_parquet(first, out, commit=False, on_batch=meanwhile).rows == 7
+        assert refused and pq.read_table(out).num_rows == 7
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+        assert export_parquet(second, out, commit=False).rows == 7  # once the first is done, the file is free
+    finally:
+        first.close()
+        second.close()

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rewardflow.clickhouse.errors import ClickHouseError, clean_message, is_driver_error
 from rewardflow.settings import load_settings
-from rewardflow.trainer.export import export_parquet
+from rewardflow.trainer.export import ExportInProgress, export_parquet
 from rewardflow.trainer.reader import RewardReader, UnknownCheckpoint, UnknownSpecVersion
 
 
@@ -88,7 +88,7 @@ def command(
             task = progress.add_task("export", total=total)
             result = export_parquet(reader, out, commit=trainer is not None and bool(versions),
                                     on_batch=lambda n: progress.advance(task, n))
-    except (UnknownSpecVersion, UnknownCheckpoint) as exc:
+    except (UnknownSpecVersion, UnknownCheckpoint, ExportInProgress) as exc:
         raise _fail(str(exc)) from None
     except ClickHouseError as exc:
         raise _fail(str(exc)) from None
