@@ -58,7 +58,8 @@ copy ever inserted, as it would in a table that was never merged.
 ## Corrections
 
 A signal for a finalised turn dated within `REWARDFLOW_CORRECTION_WINDOW_MS` (1 h by default) of
-the turn's final deadline re-scores the turn under every active spec. The worker emits a new
+the turn's final deadline, and arriving no later than the window plus the grace period after the
+turn was finalised, re-scores the turn under every active spec. The worker emits a new
 *revision* of its reward rows: the same `sample_id`, `revision` one higher, its own `reward_id`,
 `finalised_by = 'correction'`. Earlier revisions stay stored; `rewards_latest` and
 `rewards_daily` read each sample's highest revision. A trainer's cursor hands a revision out like
