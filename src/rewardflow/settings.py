@@ -146,6 +146,7 @@ class Settings(BaseSettings):
     read_max_memory_bytes: int = Field(2 * 1024**3, ge=1024**2, description="Memory one read query may use.")
     read_max_result_rows: int = Field(50_000_000, ge=1, description="Rows one read query may return.")
     read_max_result_bytes: int = Field(8 * 1024**3, ge=1024, description="Bytes one read query may return.")
+    read_max_block_bytes: int = Field(64 * 1024**2, ge=1024**2, le=2 * 1024**3, description="Largest block of a read query's result (the engine's blocks of a table's rows are a few MB); a query with a larger one is stopped with an error naming this. A result passes through a few stages in the process, each holding at most this many bytes, outside READ_MAX_MEMORY_BYTES.")
     read_max_queries: int = Field(4, ge=1, le=256, description="Read queries the endpoint runs at once; more get 503 with Retry-After.")
     read_max_queries_per_token: int = Field(3, ge=1, le=256, description="Read queries one token runs at once; more get 429 with Retry-After. Below READ_MAX_QUERIES, no one token holds every query slot.")
     read_max_connections: int = Field(256, ge=8, le=100_000, description="Connections the endpoint keeps open at once; more get 503.")

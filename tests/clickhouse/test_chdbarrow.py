@@ -76,3 +76,18 @@ def test_batches_outlive_their_stream_and_its_engine_memory(ch_db: ChDatabase) -
     table = pa.Table.from_batches(batches)
     assert table.column("number").to_pylist() == list(range(ROWS))
     assert table.column("s").to_pylist() == [str(i) * 3 for i in range(ROWS)]
+
+
+def test_a_block_over_the_limit_ends_the_stream_naming_the_setting(ch_db: ChDatabase) -> None:
+    if not ch_db.dsn.embedded:
+        pytest.skip("ChdbArrowStream serves the embedded engine only")
+    assert ch_db.dsn.path is not None
+    s = ChdbArrowStream(ch_db.dsn.path, ch_db.name, {}, max_block_bytes=2 * 1024**2)
+    try:
+        rows = sum(b.num_rows for b in s.stream(f"SELECT number, toString(number) AS s FROM numbers({ROWS})"))
+        assert rows == ROWS  # a table's blocks are well within it
+        with pytest.raises(QueryError, match="REWARDFLOW_READ_MAX_BLOCK_BYTES"):
+            list(s.stream("SELECT repeat(repeat('x', 1000), 3000) AS wide FROM numbers(3)"))
+        assert _pumps() == 0
+    finally:
+        s.close()

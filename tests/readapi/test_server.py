@@ -276,6 +276,18 @@ def test_a_memory_hungry_query_is_stopped_by_its_limit_while_writes_go_on(endpoi
     assert remote.query_arrow("SELECT 1 AS x").column("x").to_pylist() == [1]  # the endpoint goes on
 
 
+def test_a_query_whose_blocks_are_over_the_limit_is_stopped_naming_it(ch_db: ChDatabase) -> None:
+    settings = ch_db.settings(read_max_block_bytes=4 * 1024**2)
+    server = ReadServer(ch_db.dsn, settings, "127.0.0.1", 0).start()
+    try:
+        remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
+        with pytest.raises(QueryError, match="REWARDFLOW_READ_MAX_BLOCK_BYTES"):
+            remote.query_arrow("SELECT repeat(repeat('x', 1000), 6000) AS wide FROM numbers(4)")
+        assert remote.query_arrow("SELECT count() AS n FROM numbers(1000000)").column("n").to_pylist() == [1_000_000]
+    finally:
+        server.stop()
+
+
 def test_more_queries_than_slots_get_503_with_retry_after(endpoint: Any, ch_db: ChDatabase) -> None:
     server, settings = endpoint
     token = grant(settings)

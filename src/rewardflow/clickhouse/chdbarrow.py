@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from rewardflow.clickhouse.allocator import configure_engine_allocator
+from rewardflow.clickhouse.bytequeue import ByteQueue
 from rewardflow.clickhouse.ddl import quote_ident
 from rewardflow.clickhouse.errors import QueryError, clean_message, error_code
 
@@ -41,10 +42,14 @@ class ChdbArrowStream:
 
     Each running stream has a handle of its own, taken from a pool and given back when the stream
     ends, so streams may run side by side (the owner's read endpoint serves one per request thread).
+    With ``max_block_bytes``, a block of the result larger than that ends its stream with a QueryError,
+    and the blocks read ahead hold at most that many bytes together.
     """
 
-    def __init__(self, path: Path, database: str | None, settings: Mapping[str, Any]) -> None:
+    def __init__(self, path: Path, database: str | None, settings: Mapping[str, Any],
+                 max_block_bytes: int | None = None) -> None:
         self._path = path
+        self._max_block_bytes = max_block_bytes
         self._database = database
         self._settings = dict(settings)
         self._lock = threading.Lock()
@@ -91,7 +96,7 @@ class ChdbArrowStream:
                 raise QueryError(clean_message(exc), error_code(exc)) from None
             with self._lock:
                 self._running[id(result)] = result
-            pump = _Pump(result, cancel, lambda: self._kill(tag))
+            pump = _Pump(result, cancel, lambda: self._kill(tag), max_bytes=self._max_block_bytes)
             for chunk in pump:
                 for batch in pa.ipc.open_stream(chunk):
                     yield _decoded(batch)
@@ -166,7 +171,9 @@ class _Pump:
     """Fetches a streaming result's chunks in a thread of its own, a few ahead of the reader.
 
     The engine formats the next block while the caller decodes this one (both release the
-    GIL), which is about 10% of an export on two cores. Iterating yields each chunk's bytes in
+    GIL), which is about 10% of an export on two cores. The blocks fetched ahead hold at most
+    ``max_bytes`` together (one larger block alone), and a block over ``max_bytes`` ends the stream
+    with a QueryError in its place. Iterating yields each chunk's bytes in
     order; an engine error is raised there as QueryError. Until :meth:`stop` returns only the
     pump thread iterates the result (:meth:`ChdbArrowStream.close` may still close it from
     another thread, which ends the iteration, as it did before the pump).
@@ -175,9 +182,9 @@ class _Pump:
     _END = object()
 
     def __init__(self, result: Any, cancel: threading.Event | None = None, kill: Callable[[], None] | None = None,
-                 depth: int = 4) -> None:
-        self._result, self._cancel, self._kill = result, cancel, kill
-        self._queue: queue.Queue[Any] = queue.Queue(depth)
+                 depth: int = 4, max_bytes: int | None = None) -> None:
+        self._result, self._cancel, self._kill, self._max_bytes = result, cancel, kill, max_bytes
+        self._queue = ByteQueue(depth, max_bytes if max_bytes is not None else 1 << 62)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chdb-arrow-pump", daemon=True)
         self._thread.start()
@@ -188,7 +195,13 @@ class _Pump:
             for chunk in self._result:
                 if self._stopping.is_set():
                     break
-                self._put(_buffer(chunk))
+                buf = _buffer(chunk)
+                if self._max_bytes is not None and buf.size > self._max_bytes:
+                    item = QueryError(f"a block of the result is {buf.size / 1e6:,.1f} MB, over the "
+                                      f"{self._max_bytes / 1e6:,.1f} MB one may take (REWARDFLOW_READ_MAX_BLOCK_BYTES): "
+                                      "select narrower rows, or fewer of them in one row")
+                    break
+                self._put(buf)
         except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
             item = QueryError(clean_message(exc), error_code(exc))
         self._put(item)
@@ -196,7 +209,7 @@ class _Pump:
     def _put(self, item: Any) -> None:
         while not self._stopping.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                self._queue.put(item, item.size if isinstance(item, pa.Buffer) else 0, timeout=0.1)
                 return
             except queue.Full:
                 continue

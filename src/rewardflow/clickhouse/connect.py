@@ -89,7 +89,7 @@ def local_reader(dsn: Dsn, limits: Settings) -> LocalReader:
         from rewardflow.clickhouse.chdbarrow import ChdbArrowStream
 
         assert dsn.path is not None
-        stream = ChdbArrowStream(dsn.path, dsn.database, settings)
+        stream = ChdbArrowStream(dsn.path, dsn.database, settings, max_block_bytes=limits.read_max_block_bytes)
     return LocalReader(client, dsn.masked(), partial(get_client, dsn=dsn), stream)
 
 

@@ -1,5 +1,6 @@
 """A query's result streamed as Arrow IPC: the engine's batches in a thread of the query's own, through a
-small bounded queue, to the response.
+small queue bounded in bytes, to the response. A block of the result over ``READ_MAX_BLOCK_BYTES`` ends
+the query: with the engine's read-ahead, a query holds a few times that in the process at most.
 
 Contract: :func:`stream_query` takes a slot already taken for the query (``ReadService.take_slot``) and gives
 it back when the query's thread ends, however it ends: the result read out, the query failed, or the client
@@ -22,6 +23,7 @@ from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from rewardflow.clickhouse.bytequeue import ByteQueue
 from rewardflow.clickhouse.errors import QueryError
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
 from rewardflow.clickhouse.remote import ARROW_STREAM
@@ -36,7 +38,7 @@ async def stream_query(service: ReadService, request: Request, token_id: str, da
     """The response of one query of ``token_id``, whose slot is taken: its Arrow stream, or its failure.
     A client that leaves before the first batch (an aggregation has none until it ends) stops the query
     within a second."""
-    chunks: queue.Queue[Any] = queue.Queue(maxsize=4)
+    chunks = ByteQueue(4, service.settings.read_max_block_bytes)
     stop = threading.Event()
     producer = threading.Thread(target=_run_query, args=(service, token_id, database, sql, parameters, chunks, stop),
                                 name="rewardflow-read-query", daemon=True)
@@ -77,15 +79,16 @@ class _Chunks(io.RawIOBase):
 
 
 def _run_query(service: ReadService, token_id: str, database: str | None, sql: str, parameters: dict[str, Any],
-               chunks: queue.Queue[Any], stop: threading.Event) -> None:
+               chunks: ByteQueue, stop: threading.Event) -> None:
     """One query, in its own thread: the first item put is a Response (failed) or bytes, then bytes, then _END.
     A consumer that takes nothing for longer than the query may run stops it (a client gone unnoticed)."""
     deadline = time.monotonic() + service.settings.read_max_execution_s + 30
+    cap = service.settings.read_max_block_bytes
 
     def put(item: Any) -> bool:
         while not stop.is_set():
             try:
-                chunks.put(item, timeout=0.5)
+                chunks.put(item, len(item) if isinstance(item, bytes) else 0, timeout=0.5)
                 return True
             except queue.Full:
                 if time.monotonic() > deadline:
@@ -101,6 +104,10 @@ def _run_query(service: ReadService, token_id: str, database: str | None, sql: s
         sink = _Chunks()
         with pa.ipc.new_stream(sink, schema) as writer:
             for batch in _chain(first, batches):
+                if batch.nbytes > cap:  # (chDB's stream refuses such a block before it reads ahead)
+                    raise QueryError(f"a block of the result is {batch.nbytes / 1e6:,.1f} MB, over the {cap / 1e6:,.1f} MB "
+                                     "one may take (REWARDFLOW_READ_MAX_BLOCK_BYTES): select narrower rows, or fewer "
+                                     "of them in one row")
                 writer.write_batch(batch)
                 if not put(sink.take()):
                     getattr(batches, "close", lambda: None)()  # (a generator: ends the engine's stream)
@@ -129,7 +136,7 @@ def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iter
         yield from rest
 
 
-def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread, wait_s: float | None = None) -> Any:
+def _next_chunk(chunks: ByteQueue, producer: threading.Thread, wait_s: float | None = None) -> Any:
     """The query thread's next item, or _END once that thread has ended with nothing left to take, or
     _WAITING after ``wait_s`` (None: no limit) without either.
 
@@ -149,7 +156,7 @@ def _next_chunk(chunks: queue.Queue[Any], producer: threading.Thread, wait_s: fl
                     return _END
 
 
-async def _drain(first: bytes, chunks: queue.Queue[Any], stop: threading.Event,
+async def _drain(first: bytes, chunks: ByteQueue, stop: threading.Event,
                  producer: threading.Thread) -> AsyncIterator[bytes]:
     """The response body: the query thread's chunks until it ends; stops the query if the client left."""
     try:
