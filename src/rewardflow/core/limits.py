@@ -26,7 +26,7 @@ from __future__ import annotations
 from rewardflow.core.config import JoinConfig
 from rewardflow.core.corrections import correction_keep_ms
 from rewardflow.core.session import SessionState
-from rewardflow.events.models import AgentEdit, Envelope
+from rewardflow.events.models import AgentEdit, Envelope, InferenceServed
 
 TURN_BYTES = 4_096
 """Most bytes one turn adds to its session's stored state, open or as a tombstone: with corrections,
@@ -63,19 +63,31 @@ def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, wm: int) -> tuple
 def stored_factor(cfg: JoinConfig) -> int:
     """The most times its limits (turns, and events in them) a session's stored state holds.
 
-    A tombstone is kept past ``keep_done_ms`` while a window holding its served event is open. An open
-    turn holds its partition's windows back, by at most the settle time plus ``max_turn_span_ms`` (its
-    deadline is ahead of the watermark), and a window is at most ``longest_window_ms`` long; a served
-    turn is finalised a settle time after its served event at the earliest. So a tombstone kept past
-    ``keep_done_ms`` was finalised at most ``max_turn_span_ms + longest_window_ms`` behind the watermark.
-    Those finalised within one stretch of ``keep_done_ms - correction_keep_ms`` (corrections off: of
-    ``keep_done_ms``) were all counted, at their final size, at one watermark, so they are within the
-    limits together; the tombstones not yet expired and the open turns are within them as well.
+    What the limits count is the open turns and the tombstones finalised within ``keep_done_ms`` of the
+    watermark. What a session stores beyond that:
+
+    * a tombstone whose served event is in a window still open: an open served turn holds its
+      partition's windows back by at most the settle time plus ``max_turn_span_ms`` (its deadline is
+      ahead of the watermark, its anchor at most the span after its served event, :func:`span_refusal`),
+      a window is at most ``longest_window_ms`` long, and a served turn is finalised a settle time after
+      its served event at the earliest: so it was finalised at most ``max_turn_span_ms +
+      longest_window_ms`` behind the watermark;
+    * the seen ids an open turn keeps, back to its first event (at most the settle time plus the span
+      behind the watermark), and those kept for ``dedup_ms`` (their turn finalised at most the grace
+      period before them);
+    * anything expired until the session's next pruning wake-up, at most ``prune_step_ms`` later.
+
+    So what is stored beyond the count was finalised at most ``older`` before the oldest counted
+    tombstone. The turns finalised within one stretch of ``keep_done_ms - correction_keep_ms``
+    (corrections off: of ``keep_done_ms``) were all counted, at their final size, at one watermark (a
+    tombstone takes corrections only within ``correction_keep_ms``), so they are within the limits
+    together; the counted ones are within them as well.
     """
     keep = cfg.keep_done_ms
     stretch = keep - correction_keep_ms(cfg) if cfg.correction_ms else keep
-    older = cfg.max_turn_span_ms + cfg.longest_window_ms - keep
-    return 1 + max(0, -(-older // stretch))
+    held = max(cfg.max_turn_span_ms + max(cfg.longest_window_ms, cfg.settle_ms), cfg.dedup_ms + cfg.grace_ms)
+    older = max(0, held - keep) + cfg.prune_step_ms
+    return 1 + -(-older // stretch)
 
 
 def age_refusal(cfg: JoinConfig, ts: int, wm: int, deadline: bool = False) -> tuple[str, str] | None:
@@ -97,12 +109,26 @@ def age_refusal(cfg: JoinConfig, ts: int, wm: int, deadline: bool = False) -> tu
             f"REWARDFLOW_MAX_TURN_SPAN_MS)")
 
 
-def span_refusal(cfg: JoinConfig, ev: Envelope, served_ts: int) -> tuple[str, str] | None:
-    """The dead-letter code and reason of an edit dated more than ``max_turn_span_ms`` after its turn's
-    served event (``served_ts``; negative: none), else None. Each edit puts off its turn's deadline, and an
-    open served turn holds back its partition's windows; a correction of a finalised turn is bound alike."""
-    if type(ev) is not AgentEdit or served_ts < 0 or ev.ts - served_ts <= cfg.max_turn_span_ms:
-        return None
-    return ("turn_span_limit", f"edit dated {ev.ts - served_ts} ms after its turn's InferenceServed (allowed: "
-            f"{cfg.max_turn_span_ms} ms, REWARDFLOW_MAX_TURN_SPAN_MS)")
+def span_refusal(cfg: JoinConfig, ev: Envelope, served_ts: int, first_ts: int | None = None,
+                 last_edit: int | None = None) -> tuple[str, str] | None:
+    """The dead-letter code and reason of an event that would put its turn's anchor (its latest edit) more
+    than ``max_turn_span_ms`` after its served event, or, while it has none, after its first event; else
+    None. ``served_ts`` is the turn's served time (negative: none yet), ``first_ts`` its first event's time
+    and ``last_edit`` its latest edit's (None: no such turn, or no edit).
 
+    Each edit puts off its turn's deadline, and an open served turn holds back its partition's windows; an
+    open turn also keeps its session's seen ids. So an edit dated past the span is refused, and so is an
+    ``InferenceServed`` that would become the turn's (the earliest wins) dated more than the span before
+    its latest edit, whatever order they come in. A correction of a finalised turn is bound alike."""
+    span, kind = cfg.max_turn_span_ms, type(ev)
+    if kind is AgentEdit:
+        base = served_ts if served_ts >= 0 else first_ts
+        if base is not None and ev.ts - base > span:
+            which = "InferenceServed" if served_ts >= 0 else "first event (it has no InferenceServed)"
+            return ("turn_span_limit", f"edit dated {ev.ts - base} ms after its turn's {which} (allowed: {span} ms, "
+                    "REWARDFLOW_MAX_TURN_SPAN_MS)")
+    elif kind is InferenceServed and last_edit is not None and (served_ts < 0 or ev.ts < served_ts) \
+            and last_edit - ev.ts > span:
+        return ("turn_span_limit", f"InferenceServed dated {last_edit - ev.ts} ms before its turn's latest edit "
+                f"(allowed: {span} ms, REWARDFLOW_MAX_TURN_SPAN_MS)")
+    return None

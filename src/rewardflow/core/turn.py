@@ -122,6 +122,10 @@ class TurnState:
             a = self._anchor = max(base, max(self.edits.values())) if self.edits else base
         return a
 
+    def last_edit(self) -> int | None:
+        """The latest edit's time, None without edits."""
+        return max(self.edits.values()) if self.edits else None
+
     def apply(self, ev: Envelope) -> None:
         """Fold one validated event into the turn. Order-independent."""
         ts = ev.ts
