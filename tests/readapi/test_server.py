@@ -283,6 +283,12 @@ def test_a_query_whose_blocks_are_over_the_limit_is_stopped_naming_it(ch_db: ChD
         remote = RemoteReader(server.url, token=grant(settings), database=ch_db.name)
         with pytest.raises(QueryError, match="REWARDFLOW_READ_MAX_BLOCK_BYTES"):
             remote.query_arrow("SELECT repeat(repeat('x', 1000), 6000) AS wide FROM numbers(4)")
+        # a block over it after the answer began: the answer is cut, never a shorter result that looks whole
+        later = "SELECT number, if(number >= 200000, repeat('a', 2000), '') AS s FROM numbers(300000)"
+        with pytest.raises(QueryError, match="ended before the end of its result|cut off"):
+            remote.query_arrow(later)
+        with pytest.raises(QueryError, match="ended before the end of its result|cut off"):
+            sum(b.num_rows for b in remote.stream_arrow(later))
         assert remote.query_arrow("SELECT count() AS n FROM numbers(1000000)").column("n").to_pylist() == [1_000_000]
     finally:
         server.stop()

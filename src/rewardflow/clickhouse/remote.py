@@ -245,16 +245,33 @@ class RemoteReader:
         raise QueryError(message) from None
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+        """The result's batches as they arrive. Raises QueryError when the answer ends before the Arrow
+        stream's end marker (the query failed on the way, or the connection was cut): never a shorter
+        result taken for the whole."""
         with self._post("/query", {"sql": sql, "parameters": dict(parameters or {})}) as resp:
+            body = _Tail(resp)
             try:
-                reader = pa.ipc.open_stream(resp)
+                reader = pa.ipc.open_stream(body)
             except pa.ArrowInvalid:
+                if body.seen:
+                    raise QueryError(f"the read endpoint's answer is not an Arrow stream ({body.seen} bytes)") from None
                 return  # empty body: a result without rows or schema
-            yield from reader
+            try:
+                yield from reader
+            except (OSError, http.client.HTTPException) as exc:
+                raise QueryError(f"the read endpoint's answer was cut off: {exc}") from None
+            body.require_end()
 
     def query_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pa.Table:
+        """The whole result; raises QueryError as :meth:`stream_arrow` does."""
         with self._post("/query", {"sql": sql, "parameters": dict(parameters or {})}) as resp:
-            return pa.ipc.open_stream(resp).read_all()
+            body = _Tail(resp)
+            try:
+                table = pa.ipc.open_stream(body).read_all()
+            except (OSError, http.client.HTTPException) as exc:
+                raise QueryError(f"the read endpoint's answer was cut off: {exc}") from None
+            body.require_end()
+            return table
 
     def advance_cursor(self, trainer: str, cursor: int, rows: int, filters: str) -> None:
         with self._post("/cursor", {"trainer": trainer, "cursor": cursor, "rows": rows, "filters": filters}):
@@ -282,6 +299,29 @@ def _retry_after(exc: urllib.error.HTTPError) -> float | None:
     except ValueError:
         return None
     return max(0.5, seconds) if math.isfinite(seconds) else None  # (never a loop of requests without a pause)
+
+
+_ARROW_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""The end-of-stream marker an Arrow IPC stream closes with (continuation marker, then a zero length)."""
+
+
+class _Tail:
+    """A response read through, keeping its last eight bytes: :meth:`require_end` raises QueryError unless
+    they are the Arrow stream's end marker (a body that stopped short, however cleanly, lacks it)."""
+
+    def __init__(self, resp: IO[bytes]) -> None:
+        self._resp, self.tail, self.seen, self.closed = resp, b"", 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._resp.read(n)
+        self.seen += len(data)
+        self.tail = data[-8:] if len(data) >= 8 else (self.tail + data)[-8:]
+        return data
+
+    def require_end(self) -> None:
+        if self.tail != _ARROW_END:
+            raise QueryError("the read endpoint's answer ended before the end of its result: the query failed "
+                             "after its answer began, or the connection was cut (see the endpoint's log)")
 
 
 def _cut(conn: http.client.HTTPConnection) -> None:

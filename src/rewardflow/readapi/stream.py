@@ -6,7 +6,7 @@ Contract: :func:`stream_query` takes a slot already taken for the query (``ReadS
 it back when the query's thread ends, however it ends: the result read out, the query failed, or the client
 gone (its response stopped, or nothing taken from the queue for longer than the query may run). A failure
 before the first batch is the response itself (400, 403, 500 with one line); once the stream has begun, a
-failure ends it early.
+failure cuts the connection (the body never gets its last chunk, nor the Arrow stream its end marker).
 """
 
 from __future__ import annotations
@@ -156,13 +156,22 @@ def _next_chunk(chunks: ByteQueue, producer: threading.Thread, wait_s: float | N
                     return _END
 
 
+class StreamCut(RuntimeError):
+    """A query failed after its answer had begun: the response is cut off, never ended as if whole."""
+
+
 async def _drain(first: bytes, chunks: ByteQueue, stop: threading.Event,
                  producer: threading.Thread) -> AsyncIterator[bytes]:
-    """The response body: the query thread's chunks until it ends; stops the query if the client left."""
+    """The response body: the query thread's chunks until it ends; stops the query if the client left.
+    A failure once the body has begun raises :class:`StreamCut`, so the server drops the connection
+    without the body's last chunk: the client sees a cut answer, never a shorter one that looks whole."""
     try:
         yield first
         while (item := await run_in_threadpool(_next_chunk, chunks, producer)) is not _END:
             if isinstance(item, bytes):
                 yield item
+            else:
+                reason = bytes(getattr(item, "body", b"")).decode("utf-8", "replace")
+                raise StreamCut(f"the query failed after its answer began: {reason}")
     finally:
         stop.set()  # (the query thread notices within half a second, and stops)
