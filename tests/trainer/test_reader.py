@@ -196,7 +196,7 @@ def test_an_export_never_writes_through_a_symlink_planted_where_its_partial_file
         reader.close()
     assert victim.read_text() == "not yours"
     assert not out.is_symlink() and pq.read_table(out).num_rows == 5
-    assert sorted(p.name for p in out.parent.iterdir()) == ["r.parquet"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r.parquet", "r.parquet.lock"]
 
 
 def test_export_is_exactly_the_final_rows_in_seq_order(ch_db: ChDatabase) -> None:
@@ -274,8 +274,38 @@ def test_a_second_export_to_a_file_being_written_stops_and_leaves_the_first_whol
     try:
         assert export_parquet(first, out, commit=False, on_batch=meanwhile).rows == 7
         assert refused and pq.read_table(out).num_rows == 7
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet", "r.parquet.lock"]
         assert export_parquet(second, out, commit=False).rows == 7  # once the first is done, the file is free
+    finally:
+        first.close()
+        second.close()
+
+
+def test_an_export_still_committing_its_cursor_keeps_a_second_one_out(ch_db: ChDatabase, tmp_path: Path) -> None:
+    """The lock covers the cursor's commit and the replaced file's return: a second export in between
+    would otherwise move the first's file aside, and a failed commit would then remove both."""
+    from rewardflow.trainer.export import ExportInProgress, export_parquet
+
+    insert(ch_db.client, [reward(i) for i in range(6)])
+    out = tmp_path / "r.parquet"
+    out.write_bytes(b"an earlier export")
+    first = RewardReader(ch_db.dsn, trainer="t1", settle_s=0, settings=ch_db.settings())
+    second = RewardReader(ch_db.dsn, trainer="t2", settle_s=0, settings=ch_db.settings())
+    commit, refused = first.commit, []
+
+    def committing() -> int:  # while the first export commits its cursor
+        with pytest.raises(ExportInProgress):
+            export_parquet(second, out, commit=True)
+        refused.append(True)
+        return commit()
+
+    first.commit = committing  # type: ignore[method-assign]
+    try:
+        assert export_parquet(first, out, commit=True).rows == 6 and refused
+        assert pq.read_table(out).num_rows == 6 and first.cursor > 0
+        with pytest.raises(FileExistsError):
+            export_parquet(second, out, commit=True, keep_existing=True)  # (an export without --overwrite)
+        assert pq.read_table(out).num_rows == 6
     finally:
         first.close()
         second.close()

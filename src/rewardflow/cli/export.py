@@ -55,9 +55,10 @@ def command(
     """Export reward records to Parquet, with a progress bar and the final count."""
     settings = load_settings()
     console = Console(stderr=True)
+    exists = (f"{out} exists, and its rows are behind trainer {trainer!r}'s cursor: train on it and move it away "
+              "first, or pass --overwrite")
     if trainer is not None and out.exists() and not overwrite:
-        raise _fail(f"{out} exists, and its rows are behind trainer {trainer!r}'s cursor: train on it and move it "
-                    "away first, or pass --overwrite")
+        raise _fail(exists)
     try:
         reader = RewardReader(
             trainer=trainer, checkpoint=checkpoint, spec_version=spec_version,
@@ -87,11 +88,14 @@ def command(
         with Progress(*columns, console=console, transient=True) as progress:
             task = progress.add_task("export", total=total)
             result = export_parquet(reader, out, commit=trainer is not None and bool(versions),
+                                    keep_existing=trainer is not None and not overwrite,
                                     on_batch=lambda n: progress.advance(task, n))
     except (UnknownSpecVersion, UnknownCheckpoint, ExportInProgress) as exc:
         raise _fail(str(exc)) from None
     except ClickHouseError as exc:
         raise _fail(str(exc)) from None
+    except FileExistsError:  # (another export wrote it meanwhile)
+        raise _fail(exists) from None
     except OSError as exc:
         raise _fail(f"cannot write {out}: {exc}") from None
     finally:
