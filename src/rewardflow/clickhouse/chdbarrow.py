@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rewardflow.clickhouse.allocator import configure_engine_allocator
 from rewardflow.clickhouse.bytequeue import ByteQueue
@@ -77,7 +78,8 @@ class ChdbArrowStream:
 
     def stream(self, sql: str, parameters: Mapping[str, Any] | None = None,
                cancel: threading.Event | None = None) -> Iterator[pa.RecordBatch]:
-        """Run ``sql`` (already checked read-only) and yield its batches in order; errors as QueryError.
+        """Run ``sql`` (already checked read-only) and yield its batches in order (a result without rows:
+        one empty batch of its columns); errors as QueryError.
 
         A stream cut short by :meth:`close`, or by ``cancel`` set (noticed within 0.2 s, also while the
         engine has no batch yet), raises instead of ending: a caller must never take that for the end
@@ -97,9 +99,15 @@ class ChdbArrowStream:
             with self._lock:
                 self._running[id(result)] = result
             pump = _Pump(result, cancel, lambda: self._kill(tag), max_bytes=self._max_block_bytes)
+            schema, rows = None, False
             for chunk in pump:
-                for batch in pa.ipc.open_stream(chunk):
-                    yield _decoded(batch)
+                stream = pa.ipc.open_stream(chunk)
+                schema = stream.schema
+                for batch in stream:
+                    rows = True
+                    yield _decoded(batch, self._max_block_bytes)
+            if not rows and schema is not None:  # a result without rows still has its columns
+                yield _decoded(pa.RecordBatch.from_pylist([], schema=schema))
             with self._lock:
                 if id(result) not in self._running:
                     raise QueryError("the stream was closed before its end (reader closed)") from None
@@ -197,9 +205,7 @@ class _Pump:
                     break
                 buf = _buffer(chunk)
                 if self._max_bytes is not None and buf.size > self._max_bytes:
-                    item = QueryError(f"a block of the result is {buf.size / 1e6:,.1f} MB, over the "
-                                      f"{self._max_bytes / 1e6:,.1f} MB one may take (REWARDFLOW_READ_MAX_BLOCK_BYTES): "
-                                      "select narrower rows, or fewer of them in one row")
+                    item = block_too_large(buf.size, self._max_bytes)
                     break
                 self._put(buf)
         except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
@@ -254,10 +260,38 @@ _STREAM_SETTINGS: dict[str, Any] = {"output_format_arrow_low_cardinality_as_dict
                                     "output_format_arrow_compression_method": "none"}
 
 
-def _decoded(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with its dictionary columns decoded to their value type (nullability kept)."""
+def block_too_large(size: int, cap: int) -> QueryError:
+    """The error that stops a query whose block of ``size`` bytes is over ``cap``."""
+    return QueryError(f"a block of the result is {size / 1e6:,.1f} MB, over the {cap / 1e6:,.1f} MB one may take "
+                      "(REWARDFLOW_READ_MAX_BLOCK_BYTES): select narrower rows, or fewer of them in one row")
+
+
+def decoded_size(batch: pa.RecordBatch) -> int:
+    """The bytes ``batch`` takes once its dictionary columns are decoded (each value's bytes where it
+    is used, and an offset a row), without decoding them: a column of few long values repeated takes
+    little encoded and all of it decoded."""
+    size = 0
+    for column in batch.columns:
+        if not pa.types.is_dictionary(column.type):
+            size += column.nbytes
+            continue
+        values = column.dictionary
+        if pa.types.is_string(values.type) or pa.types.is_binary(values.type) \
+                or pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
+            lengths = pc.binary_length(values)
+        else:
+            lengths = pa.array([values.nbytes // max(1, len(values))] * len(values), pa.int64())
+        size += (pc.sum(pc.take(lengths, column.indices)).as_py() or 0) + 8 * len(column)
+    return size
+
+
+def _decoded(batch: pa.RecordBatch, max_bytes: int | None = None) -> pa.RecordBatch:
+    """``batch`` with its dictionary columns decoded to their value type (nullability kept). Raises
+    QueryError when it would take over ``max_bytes`` decoded (:func:`decoded_size`, asked first)."""
     if not any(pa.types.is_dictionary(f.type) for f in batch.schema):
         return batch
+    if max_bytes is not None and (size := decoded_size(batch)) > max_bytes:
+        raise block_too_large(size, max_bytes)
     fields, columns = [], []
     for field, column in zip(batch.schema, batch.columns, strict=True):
         if pa.types.is_dictionary(field.type):

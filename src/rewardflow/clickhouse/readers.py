@@ -33,6 +33,7 @@ CURSOR_INSERT = "trainer_cursors"
 CURSOR_COLUMNS = ("trainer", "cursor", "rows", "filters")
 MAX_FILTERS_CHARS = 4_096
 _NOT_STREAMABLE = 36  # chDB streams SELECTs only (SHOW, DESCRIBE, EXISTS, EXPLAIN come whole; they are small)
+_WHOLE = re.compile(r"\s*(SHOW|DESCRIBE|DESC|EXISTS)\b", re.IGNORECASE)  # ...and only those are run whole
 TRAINER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -125,10 +126,13 @@ class LocalReader:
             yield from self._explained(statement, parameters).to_batches()
             return
         if self._arrow_stream is not None:
+            began = False
             try:
-                yield from self._arrow_stream.stream(statement, parameters, cancel)
-            except QueryError as exc:
-                if exc.code != _NOT_STREAMABLE:
+                for batch in self._arrow_stream.stream(statement, parameters, cancel):
+                    began = True
+                    yield batch
+            except QueryError as exc:  # (only a statement chDB cannot stream is run whole, and only before a row)
+                if exc.code != _NOT_STREAMABLE or began or _WHOLE.match(statement) is None:
                     raise
                 yield from self.client.query_arrow(statement, parameters=dict(parameters or {})).to_batches()
             return

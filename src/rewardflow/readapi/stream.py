@@ -24,6 +24,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from rewardflow.clickhouse.bytequeue import ByteQueue
+from rewardflow.clickhouse.chdbarrow import block_too_large
 from rewardflow.clickhouse.errors import QueryError
 from rewardflow.clickhouse.readonly import ReadOnlyViolation
 from rewardflow.clickhouse.remote import ARROW_STREAM
@@ -105,9 +106,7 @@ def _run_query(service: ReadService, token_id: str, database: str | None, sql: s
         with pa.ipc.new_stream(sink, schema) as writer:
             for batch in _chain(first, batches):
                 if batch.nbytes > cap:  # (chDB's stream refuses such a block before it reads ahead)
-                    raise QueryError(f"a block of the result is {batch.nbytes / 1e6:,.1f} MB, over the {cap / 1e6:,.1f} MB "
-                                     "one may take (REWARDFLOW_READ_MAX_BLOCK_BYTES): select narrower rows, or fewer "
-                                     "of them in one row")
+                    raise block_too_large(batch.nbytes, cap)
                 writer.write_batch(batch)
                 if not put(sink.take()):
                     getattr(batches, "close", lambda: None)()  # (a generator: ends the engine's stream)
