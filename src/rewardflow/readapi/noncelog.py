@@ -56,7 +56,9 @@ class NonceLog:
         tmp.unlink(missing_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
-            os.write(fd, body.encode("ascii"))
+            data = body.encode("ascii")
+            if os.write(fd, data) != len(data):
+                raise OSError(f"{tmp}: a short write")
             os.fsync(fd)
         finally:
             os.close(fd)
