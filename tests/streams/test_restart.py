@@ -98,13 +98,13 @@ def test_kill_9_mid_stream_then_restart_gives_the_outputs_of_an_uninterrupted_ru
     d.worker.wait_caught_up()
     time.sleep(1.5)  # idle clock periods with nothing new read after that tick
 
-    # 4. a second stream an hour later: signals for first-stream turns after they were finalised (within
-    #    the correction window: each corrects its turn), resends, malformed records
+    # 4. signals for first-stream turns after they were finalised (within the correction window: each
+    #    corrects its turn), then a second stream an hour later, resends, malformed records
     records2, turns2 = session_records(rng, range(100, 120), 3, T0 + 3_600_000, hz)
     late2 = [ev("FollowUp", f"r{k}-0", f"s{k}", T0 + 10_000, dissatisfied=True) for k in range(10)]
     resent2 = records2[:6]
     broken = [(0, b"{not json", JSON_H), (1, b"\x00\x00\x00\x00\x63oops", None)]
-    d.raw.send_many(records2 + [(k % 2, *json_record(e)) for k, e in enumerate(late2)] + resent2 + broken)
+    d.raw.send_many([(k % 2, *json_record(e)) for k, e in enumerate(late2)] + records2 + resent2 + broken)
     d.raw.send_many([(p, *tick_record(FLUSH_WM, d.settings)) for p in (0, 1)])
     turns.update(turns2)
     n_resent += sum(len(decode_record(value, headers)) for _, value, headers in resent2)
