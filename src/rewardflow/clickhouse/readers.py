@@ -134,7 +134,13 @@ class LocalReader:
             except QueryError as exc:  # (only a statement chDB cannot stream is run whole, and only before a row)
                 if exc.code != _NOT_STREAMABLE or began or _WHOLE.match(statement) is None:
                     raise
-                yield from self.client.query_arrow(statement, parameters=dict(parameters or {})).to_batches()
+                try:
+                    whole = self.client.query_arrow(statement, parameters=dict(parameters or {}))
+                except Exception as err:
+                    if is_driver_error(err):
+                        raise run_query_error(err) from None
+                    raise
+                yield from whole.to_batches()
             return
         try:
             with self.client.query_arrow_stream(statement, parameters=dict(parameters or {})) as stream:
