@@ -576,38 +576,6 @@ def test_a_correction_arriving_past_its_window_and_grace_is_late_even_while_its_
     assert not out.rewards and [x["reason"] for x in out.late] == ["late"]
 
 
-def test_whether_an_event_for_an_old_turn_is_late_does_not_depend_on_another_orgs_turns() -> None:
-    """A signal for a turn finalised longer ago than the session remembers it starts a turn of its own,
-    whether or not another org's turn holds the windows that keep the old turn stored; the old turn, still
-    stored, still counts in its window after a restart, also once the new turn is finalised."""
-    cfg = dataclasses.replace(HELD, max_turn_span_ms=900_000)
-
-    def run(held: bool, restart: bool) -> tuple[str, dict[str, tuple[int, float]]]:
-        b = Broker(cfg)
-        fate = ""
-        for k in range(0, 100):
-            at = T0 + k * 10_000
-            if k == 0:
-                b.send(at, *_as("org-a", turn("r1", "victim", at, horizons=HZ)[:2]))
-            if held and k % 10 == 0 and k <= 70:  # served at T0, an edit every 100 s for 700 s
-                first = [ev("InferenceServed", "held", "s-held", at)] if k == 0 else []
-                assert not b.send(at, *_as("org-b", first + [ev("AgentEdit", "held", "s-held", at, edit_id=f"e{k}")])).dead
-            if k == 40:  # r1 finalised at T0 + 130 s at the latest: past keep_done_ms now
-                out = b.send(at, *_as("org-a", [ev("FollowUp", "r1", "victim", at, dissatisfied=True)]))
-                fate = "applied" if out.valid else "late" if out.late else codes(out)[0]
-            b.tick(at, at)
-            if restart and k == 60:  # the new turn of r1 finalised, the old one's window still held open
-                b2 = Broker(cfg, store=b.store)
-                b2.offset, b2.total = b.offset, b.total
-                b = b2
-        b.tick(T0 + 1_500_000, T0 + 1_500_000)
-        return fate, {w["window_id"]: (w["samples"], w["reward_sum"]) for w in b.total.windows}
-
-    held, free = run(True, False), run(False, False)
-    assert held[0] == free[0] == "applied"  # a turn of its own in both
-    assert run(True, True) == held  # the stored old turn rebuilt its window as the uninterrupted run had it
-
-
 def test_a_served_event_dated_more_than_the_span_before_its_turns_edits_is_refused() -> None:
     """The span holds whatever order a turn's events come in: an edit sent first, then an InferenceServed
     dated far behind it, would hold the partition's windows back as long as an edit past the span."""

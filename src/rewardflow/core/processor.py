@@ -271,7 +271,7 @@ class PartitionProcessor:
             held = st.held.get(rid)
             if held is not None and offset <= held[0]:  # a replay meeting state written after this record:
                 done = held[1]  # the tombstone was pruned by this record or a later one, so it was still done
-        if done is not None and done.wm >= self.wm - self.cfg.keep_done_ms:  # (by the session's own time alone)
+        if done is not None and self._live(done):
             if self.cfg.correction_ms and st.done.get(rid) is done and correctable(self.cfg, done, ev, self.wm):
                 if not self._dead(age_refusal(self.cfg, ts, done.deadline, deadline=True)
                                   or span_refusal(self.cfg, ev, done.served_ts), raw, idx, offset, now_ms, out):
@@ -300,8 +300,6 @@ class PartitionProcessor:
             return
         new_turn = turn is None
         if turn is None:
-            if rid in st.done:  # a tombstone past its time, kept for its windows or not yet pruned
-                st.retire(rid)
             turn = st.turns[rid] = TurnState.start(ev)
         turn.apply(ev)
         st.note_applied(new_turn)
@@ -333,6 +331,12 @@ class PartitionProcessor:
             out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record),
                                         now_ms))
         return over is not None
+
+    def _live(self, t: Tombstone) -> bool:
+        """Whether a tombstone is remembered, pruned or not (so no decision depends on wake-up timing).
+        Past ``keep_done_ms``, one whose windows are still open is: a restart rebuilds them from it,
+        and a replayed record must find it as the record did."""
+        return t.wm >= self.wm - self.cfg.keep_done_ms or t.served_ts >= self.book.min_closed_through()
 
     def _session(self, key: str, cache: dict[str, SessionState], create: bool) -> SessionState | None:
         """The state of the session under ``key`` (:func:`session_key`), from the batch's ``cache``, the

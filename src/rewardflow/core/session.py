@@ -174,14 +174,6 @@ class SessionState:
             self._done_json = self._done_obj = self._done_min = None
         self.done[request_id] = tomb
 
-    def retire(self, request_id: str) -> None:
-        """Keep the tombstone of ``request_id`` under a key of its own (``<request id>\\x1f<wm>:<offset>``,
-        which no request id is): a new turn of that request id starts while it is still stored (past its
-        time, but kept for its windows' rebuild, or not pruned yet), and it is pruned as before."""
-        tomb = self.done.pop(request_id)
-        self.done[f"{request_id}\x1f{tomb.wm}:{tomb.offset}"] = tomb
-        self._done_json = self._done_obj = self._done_min = None
-
     def seen_floor(self) -> int:
         """Oldest timestamp among the seen ids (cached; the set must be non-empty)."""
         if self._seen_min is None:
