@@ -37,6 +37,7 @@ from rewardflow.boundedhttp import bounded_protocol
 from rewardflow.clickhouse.dsn import Dsn
 from rewardflow.readapi.app import create_app
 from rewardflow.readapi.service import ReadService
+from rewardflow.readapi.stream import OneLineCuts
 from rewardflow.readapi.tokens import ensure_local_token
 from rewardflow.settings import Settings
 
@@ -99,6 +100,9 @@ class ReadServer:
             ssl_keyfile=str(settings.web_tls_keyfile) if tls else None,
         )
         self._server = uvicorn.Server(self._config)
+        errors = logging.getLogger("uvicorn.error")  # (after the config, which sets up uvicorn's loggers)
+        if not any(isinstance(f, OneLineCuts) for f in errors.filters):
+            errors.addFilter(OneLineCuts())
         self._thread: threading.Thread | None = None
 
     @property

@@ -12,6 +12,7 @@ failure cuts the connection (the body never gets its last chunk, nor the Arrow s
 from __future__ import annotations
 
 import io
+import logging
 import queue
 import threading
 import time
@@ -157,6 +158,34 @@ def _next_chunk(chunks: ByteQueue, producer: threading.Thread, wait_s: float | N
 
 class StreamCut(RuntimeError):
     """A query failed after its answer had begun: the response is cut off, never ended as if whole."""
+
+
+class OneLineCuts(logging.Filter):
+    """The server's log of a :class:`StreamCut` as one line, without its traceback: any token holder
+    can cause one (a query that fails midway), and a traceback a query would let one flood the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        cut = _cut_in(exc)
+        if cut is not None:
+            record.msg, record.args, record.exc_info, record.exc_text = "read query cut off: %s", (cut,), None, None
+        return True
+
+
+def _cut_in(exc: BaseException | None) -> StreamCut | None:
+    """The StreamCut ``exc`` is, or holds (an exception group, or the cause of another), if any."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, StreamCut):
+            return exc
+        group = getattr(exc, "exceptions", None)
+        if group:
+            for inner in group:
+                found = _cut_in(inner)
+                if found is not None:
+                    return found
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 async def _drain(first: bytes, chunks: ByteQueue, stop: threading.Event,
