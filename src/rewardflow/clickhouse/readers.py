@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -69,6 +70,17 @@ def run_query_error(exc: BaseException) -> QueryError:
     return QueryError(clean_message(exc), error_code(exc))
 
 
+@contextmanager
+def _query_errors() -> Iterator[None]:
+    """Raise a driver error from within as :func:`run_query_error` does; anything else as it is."""
+    try:
+        yield
+    except Exception as exc:
+        if is_driver_error(exc):
+            raise run_query_error(exc) from None
+        raise
+
+
 def _sent(sql: str, parameters: Mapping[str, Any]) -> str | bytes:
     """The statement text clickhouse-connect sends with ``parameters`` (:class:`~.sqlguard.SqlGuard`'s ``bind``)."""
     return bind_query(sql, dict(parameters))[0]
@@ -98,23 +110,19 @@ class LocalReader:
         self.guard = SqlGuard(self._rows, _sent)
 
     def _rows(self, sql: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        try:
+        with _query_errors():
             return [tuple(row) for row in self.client.query(sql, parameters=dict(parameters)).result_rows]
-        except Exception as exc:
-            if is_driver_error(exc):
-                raise run_query_error(exc) from None
-            raise
 
     def query_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None) -> pa.Table:
         statement = self.guard.check(sql, parameters)
         if statement.startswith("EXPLAIN"):
             return self._explained(statement, parameters)
-        try:
+        return self._whole(statement, parameters)
+
+    def _whole(self, statement: str, parameters: Mapping[str, Any] | None) -> pa.Table:
+        """A checked statement's whole result, through the driver."""
+        with _query_errors():
             table: pa.Table = self.client.query_arrow(statement, parameters=dict(parameters or {}))
-        except Exception as exc:
-            if is_driver_error(exc):
-                raise run_query_error(exc) from None
-            raise
         return table
 
     def stream_arrow(self, sql: str, parameters: Mapping[str, Any] | None = None,
@@ -134,30 +142,15 @@ class LocalReader:
             except QueryError as exc:  # (only a statement chDB cannot stream is run whole, and only before a row)
                 if exc.code != _NOT_STREAMABLE or began or _WHOLE.match(statement) is None:
                     raise
-                try:
-                    whole = self.client.query_arrow(statement, parameters=dict(parameters or {}))
-                except Exception as err:
-                    if is_driver_error(err):
-                        raise run_query_error(err) from None
-                    raise
-                yield from whole.to_batches()
+                yield from self._whole(statement, parameters).to_batches()
             return
-        try:
-            with self.client.query_arrow_stream(statement, parameters=dict(parameters or {})) as stream:
-                yield from stream
-        except Exception as exc:
-            if is_driver_error(exc):
-                raise run_query_error(exc) from None
-            raise
+        with _query_errors(), self.client.query_arrow_stream(statement, parameters=dict(parameters or {})) as stream:
+            yield from stream
 
     def _explained(self, statement: str, parameters: Mapping[str, Any] | None) -> pa.Table:
         """An ``EXPLAIN`` result as Arrow (the engine writes EXPLAIN output as text rows, not in Arrow)."""
-        try:
+        with _query_errors():
             result = self.client.query(statement, parameters=dict(parameters or {}))
-        except Exception as exc:
-            if is_driver_error(exc):
-                raise run_query_error(exc) from None
-            raise
         names = list(result.column_names)
         return pa.table({n: [str(row[i]) for row in result.result_rows] for i, n in enumerate(names)})
 
