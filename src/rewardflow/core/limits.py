@@ -49,7 +49,7 @@ def refusal(st: SessionState, cfg: JoinConfig, new_turn: bool, wm: int) -> tuple
     far from them (:func:`within`)."""
     if within(st, cfg, new_turn):
         return None
-    turns, events = st.live_load(wm, wm - cfg.keep_done_ms)
+    turns, events = st.live_load(wm, cfg.keep_done_ms)
     if new_turn and turns >= cfg.max_session_turns:
         return ("session_turn_limit", f"session {st.session_id[:128]!r} holds {turns} turns, the limit "
                 f"(REWARDFLOW_MAX_SESSION_TURNS={cfg.max_session_turns}); a finalised turn counts until "

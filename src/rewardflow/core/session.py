@@ -28,7 +28,7 @@ rewritten whole, mostly with all but one turn unchanged).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -132,12 +132,13 @@ class SessionState:
             self._load_at = None
         return self._load[0], self._load[1]
 
-    def live_load(self, wm: int, since: int) -> tuple[int, int]:
-        """Turns and events of the open turns and of the tombstones finalised at a watermark at or after
-        ``since``: the count the session limits apply to (:mod:`rewardflow.core.limits`). It depends
-        on the session's own turns only, never on when expired tombstones were pruned nor on what
-        else keeps them. Computed once per watermark ``wm``, then kept current by :meth:`note_applied`."""
+    def live_load(self, wm: int, keep_ms: int) -> tuple[int, int]:
+        """Turns and events of the open turns and of the tombstones finalised at most ``keep_ms`` before
+        the watermark ``wm``: the count the session limits apply to (:mod:`rewardflow.core.limits`). It
+        depends on the session's own turns only, never on when expired tombstones were pruned nor on
+        what else keeps them. Computed once per watermark, then kept current by :meth:`note_applied`."""
         if self._load is None or self._load_at != wm:
+            since = wm - keep_ms
             kept = [t for t in self.done.values() if t.wm >= since]
             self._load = [len(self.turns) + len(kept),
                           sum(t.n for t in self.turns.values()) + sum(t.n for t in kept)]
