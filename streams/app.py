@@ -76,6 +76,9 @@ _TICK_ITEM = TICK_HEADERS[0]  # in the headers of every tick: a cheap test befor
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
 _MAX_OUTPUT_RECORD = 1_000_000
+# How long a batch the core stopped for a commit (PartitionProcessor.process_batch(until_commit=True))
+# waits for that commit before going on without it
+COMMIT_WAIT_S = 10.0
 _DEBUG_BATCHES = os.environ.get("RF_DEBUG_BATCHES", "") not in ("", "0")  # per-batch log lines at WARNING (diagnosis)
 
 
@@ -209,11 +212,10 @@ class JoinWorker:
                 continue  # as if Faust never delivered it: not acked, so the gap guard must read it again
             by_partition.setdefault(m.partition, []).append(m)
         self.watch.processed(by_partition)  # per partition, not per record
-        done = []
+        done: list[tuple[list[Any], Tally]] = []
+        fetched = set(map(id, messages))
         for partition, msgs in by_partition.items():
-            result = await self._process(partition, msgs)
-            if result is not None:
-                done.append(result)
+            done += await self._process(partition, msgs, fetched)
         number = self.sender.mark()
         previous, self._confirming = self._confirming, asyncio.ensure_future(self._ack(number, done, messages))
         mark = time.perf_counter()
@@ -245,11 +247,7 @@ class JoinWorker:
         Faust commits only acked messages, so the batch is acked only after this returns; a failure
         exits without commit (the batch is replayed).
         """
-        try:
-            await self.sender.confirm(number)
-        except SendFailed:
-            log.exception("the outputs or state writes of a batch were not acknowledged; exiting without commit")
-            os._exit(70)
+        await self._sent(number)
         for msgs, tally in done:
             if not self._current(msgs):  # a rebalance happened meanwhile: its recovery may miss these writes
                 continue
@@ -258,19 +256,31 @@ class JoinWorker:
         self.metrics.counters["state_reads"] = self.store.reads
         self.metrics.counters["state_decodes"] = self.store.decodes
 
-    async def _process(self, partition: int, msgs: list[Any]) -> tuple[list[Any], Tally] | None:
+    async def _sent(self, number: int) -> None:
+        """Wait until the sends of batches up to ``number`` (``OutputSender.mark``) are acknowledged; exit
+        without commit (70) if one failed."""
+        try:
+            await self.sender.confirm(number)
+        except SendFailed:
+            log.exception("the outputs or state writes of a batch were not acknowledged; exiting without commit")
+            os._exit(70)
+
+    async def _process(self, partition: int, msgs: list[Any], fetched: set[int]) -> list[tuple[list[Any], Tally]]:
         """Process one partition's share of a batch and queue its state writes and outputs.
 
         Returns the messages processed and the :class:`Tally` of their outputs (the rows themselves
-        are freed once queued for sending), or None when none may be processed now. The caller
-        confirms the sends before Faust acks the batch.
+        are freed once queued for sending), in one or more parts; none when none may be processed now.
+        The caller confirms the sends before Faust acks the batch. A part ends early when the core asks
+        for a commit first (``process_batch(until_commit=True)``: a session's tombstones kept for the
+        uncommitted records reached its limits): it is then confirmed, acked (those of its messages in
+        ``fetched``, the ids of the fetch's) and committed (:meth:`_commit_through`) before the rest.
         """
         if not self._current(msgs):
-            return None
+            return []
         if partition in self._unrestored:
             for m in msgs:
                 m.acked = True  # never acked: Faust cannot commit them, and the next owner reads them again
-            return None
+            return []
         proc = self._processor(partition)
         timed, mark = self.metrics.time, time.perf_counter()
         generation = self.app.consumer_generation_id
@@ -280,25 +290,41 @@ class JoinWorker:
         # with its state to restore anew, and these messages are stale
         if self.app.consumer_generation_id != generation or not self.app.flow_control.is_active():
             self._current(msgs)  # (now False: they are never acked, and it says so)
-            return None
-        if not admitted:
-            return None
+            return []
+        parts: list[tuple[list[Any], Tally]] = []
         msgs = admitted
+        while msgs:
+            n, tally = await self._process_part(proc, partition, msgs)
+            parts.append((msgs[:n], tally))
+            if n == len(msgs):
+                break
+            await self._commit_through(partition, msgs[:n], fetched)
+            msgs = msgs[n:]
+            if not self._current(msgs):  # a rebalance while the commit waited
+                break
+        return parts
+
+    async def _process_part(self, proc: PartitionProcessor, partition: int, msgs: list[Any]) -> tuple[int, Tally]:
+        """Run ``msgs`` through the core and queue the results; how many it processed (a prefix), and their
+        :class:`Tally`. Any exception is a bug or a refused send, never bad input: the worker exits (70)."""
+        timed = self.metrics.time
         try:
             self.store.partition = partition
             committed = self._committed(msgs[0].tp, partition)
             was_ready = proc.ready
             mark = time.perf_counter()
-            out = proc.process_batch([(m.value, m.headers, m.offset, _record_ms(m)) for m in msgs], _now_ms(), committed)
+            out = proc.process_batch([(m.value, m.headers, m.offset, _record_ms(m)) for m in msgs], _now_ms(), committed,
+                                     until_commit=True)
+            n = proc.consumed
             timed("process", time.perf_counter() - mark)
             if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
                 log.log(logging.WARNING if _DEBUG_BATCHES else logging.DEBUG, "batch p=%d offsets %d..%d (%d) committed=%s rebuilt=%s wm=%s prune_wm=%s late=%d valid=%d",
-                          partition, msgs[0].offset, msgs[-1].offset, len(msgs), committed, not was_ready, proc.wm,
+                          partition, msgs[0].offset, msgs[n - 1].offset, n, committed, not was_ready, proc.wm,
                           proc.prune_wm, len(out.late), len(out.valid))
             mark = time.perf_counter()
             self.store.send_queued()
             if self.faults.die_marker:
-                await self.faults.die_before_outputs(msgs, self.sender.confirm)
+                await self.faults.die_before_outputs(msgs[:n], self.sender.confirm)
             self._emit(out, partition)
             tally = Tally.of(out)  # kept until the batch is confirmed; the rows are sent, and go now
             timed("encode", time.perf_counter() - mark)
@@ -306,7 +332,31 @@ class JoinWorker:
             log.exception("processing or sending the outputs of %s[%d]@%d..%d failed; exiting without commit",
                           msgs[0].topic, partition, msgs[0].offset, msgs[-1].offset)
             os._exit(70)
-        return msgs, tally
+        return n, tally
+
+    async def _commit_through(self, partition: int, msgs: list[Any], fetched: set[int]) -> None:
+        """Have the source commit pass ``msgs`` (a processed part, in offset order) before the rest of its
+        batch: wait for the batch in flight and this part's sends, ack the part, and commit, retrying for
+        up to ``COMMIT_WAIT_S``. A commit that does not pass it by then is logged, and processing goes on:
+        the core asks again at its next record that needs it, so the state stays bounded and the records
+        go on, one commit round each, until the broker takes commits again."""
+        if self._confirming is not None:  # its records come before these: acked first
+            await self._confirming
+        await self._sent(self.sender.mark())
+        consumer, tp, want = self.app.consumer, msgs[-1].tp, msgs[-1].offset + 1
+        bulk.ack_all(consumer, [m for m in msgs if id(m) in fetched])
+        self.metrics.counters["commit_stops"] += 1
+        deadline = time.monotonic() + COMMIT_WAIT_S
+        while True:
+            await consumer.commit({tp})
+            got = self._committed(tp, partition)
+            if got is not None and got >= want:
+                return
+            if time.monotonic() >= deadline or not self._current(msgs):
+                log.warning("a session's tombstones kept until the commit reached its limits at %s[%d]@%d, and "
+                            "the commit is at %s: going on uncommitted", tp.topic, partition, msgs[-1].offset, got)
+                return
+            await asyncio.sleep(0.05)
 
     def _committed(self, tp: Any, partition: int) -> int | None:
         """An offset of ``tp`` no replay can start below: the highest of the broker's committed

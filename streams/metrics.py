@@ -64,6 +64,7 @@ class WorkerMetrics:
             "orphans": 0, "rewards_final": 0, "rewards_provisional": 0, "windows_closed": 0, "ticks": 0,
             "offset_gaps": 0, "offset_gap_records_lost": 0, "state_reads": 0, "state_decodes": 0,
             "recoveries": 0, "recovery_stalls": 0, "stalls_resumed": 0,
+            "commit_stops": 0,  # batches stopped for a commit: a session's held tombstones reached its limits
         }
         self.recovery_seconds = 0.0  # summed over finished changelog recoveries
         self.recovery_last_s = 0.0

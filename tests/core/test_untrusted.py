@@ -634,6 +634,52 @@ def test_a_session_whose_windows_are_held_stores_at_most_its_limits_times_the_st
                                        for d in b.total.dead)
 
 
+def _backlog(cfg: JoinConfig) -> list[tuple[bytes, Any, int, int]]:
+    """A session's turn every 30 s for 100 minutes, with the operator's ticks: a backlog one batch takes."""
+    records: list[tuple[bytes, Any, int, int]] = []
+    for k in range(200):
+        at = T0 + k * 30_000
+        records.append((encode_json([ev("InferenceServed", f"t{k}", "s1", at)]), JSON_H, 2 * k, at))
+        records.append((signed_tick(KEY, TOPIC, at), TICK_HEADERS, 2 * k + 1, at))
+    return records
+
+
+def _stored(store: Any) -> tuple[int, int]:
+    """(turns, held tombstones) of session s1's stored state: open, remembered and held turns; held alone."""
+    st = SessionState.from_obj(store.get("s:org\ts1"), "org")
+    return len(st.turns) + len(st.done) + len(st.held), len(st.held)
+
+
+def test_a_batch_stops_for_a_commit_before_a_sessions_held_tombstones_pass_its_limits() -> None:
+    """One batch spanning many tombstone lifetimes (a worker catching up on a backlog) moves each turn the
+    session finalises aside until the commit passes it. Fed as the worker feeds it, the batch stops once the
+    session holds its limits' worth, and goes on from the commit: the stored state stays within the
+    stored factor, and the outputs are those of the records fed one at a time."""
+    cfg = dataclasses.replace(CFG, max_turn_span_ms=60_000, tombstone_ms=60_000, dedup_ms=60_000)
+    records, limit = _backlog(cfg), stored_factor(cfg) * cfg.max_session_turns
+
+    whole = EncodedStore(check=False)  # without stops: every turn finalised in the batch is held
+    PartitionProcessor(cfg, list(SPECS), whole, TOPIC, 0).process_batch(records, 0, committed=0)
+    assert _stored(whole)[1] > limit
+
+    store = EncodedStore(check=False)
+    proc, total, committed, rest, stops = PartitionProcessor(cfg, list(SPECS), store, TOPIC, 0), Outputs(), 0, records, 0
+    while rest:
+        total.extend(proc.process_batch(rest, 0, committed=committed, until_commit=True))
+        stored, held = _stored(store)
+        assert stored <= limit and held <= cfg.max_session_turns, (rest[0][2], stored, held)
+        committed, rest = rest[proc.consumed - 1][2] + 1, rest[proc.consumed:]
+        stops += bool(rest)
+    assert stops >= 5
+
+    one = Broker(cfg)
+    for value, headers, _, at in records:
+        one.record(value, headers, at)
+    assert total.counts() == one.total.counts()
+    assert [r["reward_id"] for r in total.rewards] == [r["reward_id"] for r in one.total.rewards]
+    assert [w["window_id"] for w in total.windows] == [w["window_id"] for w in one.total.windows]
+
+
 def test_two_sessions_turns_sharing_a_request_id_both_reach_their_windows() -> None:
     """Request ids should be unique, but a partition does not rely on it: one session's turn settling
     leaves the windows another session's turn of the same request id still needs open."""

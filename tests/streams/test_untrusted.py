@@ -10,12 +10,16 @@ event time comes, so the broker's clock (LogAppendTime) never sees them early.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from rewardflow.kafka import topics as T
+from rewardflow.kafka.provision import changelog_topic
 from tests.factories import ev
 from tests.streams.kafka_io import json_record, read_raw
 from tests.streams.replay import on_wire, replay, rows_by_id
@@ -127,3 +131,66 @@ def test_a_record_that_makes_the_core_raise_is_dead_lettered_and_the_worker_goes
     assert "RuntimeError" in letter["reason"]
     assert not [r for r in out.rows[T.VALID] if r["session_id"] == "sp"]  # nothing of the failed record stays
     assert d.worker.alive
+
+
+def test_a_backlog_of_a_session_at_its_limits_is_committed_in_parts_and_its_state_stays_bounded(deploy: Any) -> None:
+    """Five minutes of a session's turns, one a second among other traffic, waiting for a worker that was
+    down: every turn it
+    expires while catching up is kept until the commit passes it, so the worker stops and commits whenever
+    the session holds its limits' worth of them. No stored state of the session holds more, and the
+    rewards are those of one uninterrupted replay of the raw topic."""
+    d = deploy(horizons_s=[1, 2], grace_ms=1_000, allowed_lateness_ms=500, max_clock_skew_ms=500, window_sizes_s=[5],
+               tombstone_ms=5_000, dedup_horizon_ms=5_000, max_turn_span_ms=5_000, correction_window_ms=0,
+               max_session_turns=3, max_session_events=30, idle_timeout_s=2.0)
+    settings, raw = d.settings, d.settings.topic(T.RAW)
+    d.worker.kill()
+    # the backlog, as it would have been appended over those minutes (the raw topic stamps LogAppendTime)
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    stamp = ConfigResource(ConfigResource.Type.TOPIC, raw, incremental_configs=[
+        ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([stamp])[stamp].result(timeout=30)
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    t0 = now_ms() - 300_000
+    for k in range(300):  # and the other sessions of its partition, whose events move its watermark
+        for sid in ("big", f"other{k}"):
+            value, headers = json_record(ev("InferenceServed", f"{sid}-{k}", sid, t0 + k * 1_000))
+            producer.produce(raw, value, partition=0, headers=headers, timestamp=t0 + k * 1_000)
+    assert producer.flush(30) == 0
+    d.worker.restart(60)
+
+    out = d.out.until(lambda o: len({r["sample_id"] for r in o.finals()}) >= 300, 60, "the backlog's rewards")
+    out = d.out.settle(quiet=3.0, timeout=60)
+    truth = rows_by_id(T.REWARDS, on_wire(replay(settings, read_raw(settings)).rewards))
+    got = rows_by_id(T.REWARDS, out.rows[T.REWARDS])
+    assert got.keys() == truth.keys()
+    assert all(r == truth[rid][0] for rid, rows in got.items() for r in rows)
+    assert {r["reason_code"] for r in out.rows[T.DEADLETTERS]} == {"session_turn_limit"}
+
+    states = [orjson.loads(v) for v in _changelog_values(settings)]
+    held = [len(s[6]) for s in states if isinstance(s, list) and len(s) > 6 and s[0] == "big"]
+    assert held and max(held) <= settings.max_session_turns, held
+    assert d.worker.alive
+
+
+def _changelog_values(settings: Any) -> list[bytes]:
+    """Every value in the worker's state changelog (deletes left out)."""
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"read-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    topic = changelog_topic(settings)
+    try:
+        parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)]
+        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        consumer.assign(parts)
+        values, deadline = [], time.monotonic() + 30
+        while any(ends.values()) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            if msg.value() is not None:
+                values.append(msg.value())
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                ends[msg.partition()] = 0
+        assert not any(ends.values()), "the changelog was not read to its end"
+        return values
+    finally:
+        consumer.close()

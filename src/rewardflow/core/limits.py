@@ -11,7 +11,8 @@ does a decision depend on when expired tombstones happen to be pruned (a restart
 wake-up schedule, and prunes at other times).
 
 A session can therefore store more than its limits: tombstones past ``keep_done_ms`` whose
-windows are held back. :func:`stored_factor` bounds how many times its limits.
+windows are held back, and those a worker keeps until its commit. :func:`stored_factor` bounds how
+many times its limits.
 
 Contract: pure. :data:`TURN_BYTES` and :data:`EVENT_BYTES` bound what a turn and an event add
 to the stored state at the contract's longest ids, so a session at its limits fits a
@@ -75,19 +76,23 @@ def stored_factor(cfg: JoinConfig) -> int:
     * the seen ids an open turn keeps, back to its first event (at most the settle time plus the span
       behind the watermark), and those kept for ``dedup_ms`` (their turn finalised at most the grace
       period before them);
-    * anything expired until the session's next pruning wake-up, at most ``prune_step_ms`` later.
+    * anything expired until the session's next pruning wake-up, at most ``prune_step_ms`` later;
+    * the tombstones pruned at an offset the source commit has not passed (``SessionState.held``).
 
-    So what is stored beyond the count was finalised at most ``older`` before the oldest counted
-    tombstone. The turns finalised within one stretch of ``keep_done_ms - correction_keep_ms``
+    So what is stored beyond the count, held tombstones aside, was finalised at most ``older`` before the
+    oldest counted tombstone. The turns finalised within one stretch of ``keep_done_ms - correction_keep_ms``
     (corrections off: of ``keep_done_ms``) were all counted, at their final size, at one watermark (a
     tombstone takes corrections only within ``correction_keep_ms``), so they are within the limits
-    together; the counted ones are within them as well.
+    together; the counted ones are within them as well. The held ones are one more multiple: the worker
+    stops a batch once a session's held tombstones reach its limits and has the commit pass it
+    (``PartitionProcessor.process_batch(until_commit=True)``), so they are below them before any record,
+    and a record only moves tombstones there from what the rest of the bound counts.
     """
     keep = cfg.keep_done_ms
     stretch = keep - correction_keep_ms(cfg) if cfg.correction_ms else keep
     held = max(cfg.max_turn_span_ms + max(cfg.longest_window_ms, cfg.settle_ms), cfg.dedup_ms + cfg.grace_ms)
     older = max(0, held - keep) + cfg.prune_step_ms
-    return 1 + -(-older // stretch)
+    return 2 + -(-older // stretch)
 
 
 def age_refusal(cfg: JoinConfig, ts: int, wm: int, deadline: bool = False) -> tuple[str, str] | None:

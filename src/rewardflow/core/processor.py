@@ -26,7 +26,9 @@ Delivery contract (at-least-once with deterministic ids):
   prunes at an offset not committed yet is moved to ``SessionState.held``
   (re-emitted and added to windows by :meth:`rebuild`, read by the late routing
   of a replayed record at or before the offset that pruned it, which saw it in
-  ``done``; never by other decisions) instead of being dropped.
+  ``done``; never by other decisions) instead of being dropped. The worker bounds
+  what is held: it stops a batch once a session's held tombstones reach its limits,
+  and has the commit pass it before going on (``until_commit``).
 * A redelivered event (same offset and index as recorded in ``seen``) is not
   applied again nor counted as a duplicate; its valid row is re-emitted (same
   id). A client resend of the same ``event_id`` is a duplicate.
@@ -96,13 +98,17 @@ class PartitionProcessor:
         # session key -> the store key of its state stored under the session id alone; store keys to delete
         self._unkeyed: dict[str, str] = {}
         self._dropped: list[str] = []
+        # process_batch(until_commit=True): whether a session's held tombstones reached its limits
+        self._until_commit = self._commit_needed = False
+        self.consumed = 0  # how many records the last process_batch processed (a prefix of those given)
 
     def process(self, value: bytes | None, headers: Any, offset: int, now_ms: int,
                 record_ts: int | None = None) -> Outputs:
         """Process one raw record. Never raises for bad input: it becomes a dead letter."""
         return self.process_batch([(value, headers, offset, record_ts)], now_ms)
 
-    def process_batch(self, records: list[Record], now_ms: int, committed: int | None = None) -> Outputs:
+    def process_batch(self, records: list[Record], now_ms: int, committed: int | None = None,
+                      until_commit: bool = False) -> Outputs:
         """Process consecutive records of this partition, in order; write the state once, at the end.
 
         Every decision (late, settled, window closed) is taken per record exactly as
@@ -123,9 +129,19 @@ class PartitionProcessor:
         that replays records below it counts as committed only up to its lowest offset): window
         closes decided below it can never be replayed, so their stored copies (kept for re-emission
         after a crash) are deleted. Unknown, the closes of the last ``KEEP_CLOSES`` offsets are kept.
+
+        A tombstone pruned at an offset ``committed`` has not passed is kept aside until the commit
+        passes it (``SessionState.held``), so a batch spanning much event time (a backlog) would keep
+        every turn a session finalised in it. With ``until_commit``, the batch stops after the record at
+        which a session's held tombstones reach its limits (``max_session_turns``, or
+        ``max_session_events`` in them): :attr:`consumed` then says how many records were processed,
+        and the caller must have the source commit pass the last of them before it passes the rest
+        (with the new ``committed``). Otherwise every record is processed (:attr:`consumed` is their
+        number). Where a batch stops changes no decision, only when state is written.
         """
         out = Outputs()
         if not records:
+            self.consumed = 0
             return out
         low = min(r[2] for r in records)  # a batch may replay offsets below its first (Faust re-seeks)
         if not self.ready:
@@ -134,9 +150,11 @@ class PartitionProcessor:
         self._mark(low, keep)
         failed: dict[int, Exception] = {}
         idle_clock = self.last_event_wall, self._paced_ts  # (wall-time bookkeeping: a re-run starts from it again)
+        self._until_commit = until_commit
         while True:
             before, at = out.lengths(), -1
             cache: dict[str, SessionState] = {}
+            self._commit_needed = False
             try:
                 for at, rec in enumerate(records):
                     offset = rec[2]
@@ -146,6 +164,8 @@ class PartitionProcessor:
                         self._step(rec[0], rec[1], offset, rec[3] if len(rec) > 3 else None, now_ms, cache, out)
                     if offset > self.last_offset:
                         self.last_offset = offset
+                    if self._commit_needed:
+                        break
                 break
             except Exception as exc:  # noqa: BLE001 - whatever a record makes the core do, it alone fails
                 forget = getattr(self.store, "forget", None)
@@ -157,6 +177,7 @@ class PartitionProcessor:
                 self.rebuild(low, Outputs())  # (what rebuild re-emits is in ``out`` already, if anything)
                 self.last_event_wall, self._paced_ts = idle_clock
                 self._mark(low, keep)
+        self.consumed = at + 1
         self._write(cache, committed)
         return out
 
@@ -410,6 +431,8 @@ class PartitionProcessor:
                     out.rewards.extend(score(o, s, h) for s, h in self._scored)
         st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
                  keep_offset=self._keep_offset, offset=offset)
+        if self._until_commit and st.held and st.held_reaches(cfg.max_session_turns, cfg.max_session_events):
+            self._commit_needed = True  # (process_batch stops after this record)
 
     def _schedule(self, st: SessionState) -> None:
         self._wakeups.schedule(st.key, next_after_settle(st, self.cfg, self.wm))

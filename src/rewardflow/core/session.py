@@ -132,6 +132,12 @@ class SessionState:
             self._load_at = None
         return self._load[0], self._load[1]
 
+    def held_reaches(self, turns: int, events: int) -> bool:
+        """Whether the tombstones held for an uncommitted batch (``held``) number ``turns`` or more, or
+        held ``events`` events or more."""
+        held = self.held
+        return len(held) >= turns or sum(h[1].n for h in held.values()) >= events
+
     def live_load(self, wm: int, keep_ms: int) -> tuple[int, int]:
         """Turns and events of the open turns and of the tombstones finalised at most ``keep_ms`` before
         the watermark ``wm``: the count the session limits apply to (:mod:`rewardflow.core.limits`). It
