@@ -42,6 +42,7 @@ state is rebuilt and its idle clock starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -176,6 +177,8 @@ class JoinWorker:
         self.watch = WorkerWatch(self.app, settings, self.metrics, self.raw_topic.get_topic_name(),
                                  self._broker_committed, self._admin, self._outputs_state)
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
+        # raw partition -> monotonic time before which its batches do not stop for a commit (the last wait ran out)
+        self._no_stops_until: dict[int, float] = {}
         self._watching: asyncio.Task[None] | None = None
         self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
         self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
@@ -213,9 +216,8 @@ class JoinWorker:
             by_partition.setdefault(m.partition, []).append(m)
         self.watch.processed(by_partition)  # per partition, not per record
         done: list[tuple[list[Any], Tally]] = []
-        fetched = set(map(id, messages))
         for partition, msgs in by_partition.items():
-            done += await self._process(partition, msgs, fetched)
+            done += await self._process(partition, msgs)
         number = self.sender.mark()
         previous, self._confirming = self._confirming, asyncio.ensure_future(self._ack(number, done, messages))
         mark = time.perf_counter()
@@ -265,15 +267,15 @@ class JoinWorker:
             log.exception("the outputs or state writes of a batch were not acknowledged; exiting without commit")
             os._exit(70)
 
-    async def _process(self, partition: int, msgs: list[Any], fetched: set[int]) -> list[tuple[list[Any], Tally]]:
+    async def _process(self, partition: int, msgs: list[Any]) -> list[tuple[list[Any], Tally]]:
         """Process one partition's share of a batch and queue its state writes and outputs.
 
         Returns the messages processed and the :class:`Tally` of their outputs (the rows themselves
         are freed once queued for sending), in one or more parts; none when none may be processed now.
         The caller confirms the sends before Faust acks the batch. A part ends early when the core asks
         for a commit first (``process_batch(until_commit=True)``: a session's tombstones kept for the
-        uncommitted records reached its limits): it is then confirmed, acked (those of its messages in
-        ``fetched``, the ids of the fetch's) and committed (:meth:`_commit_through`) before the rest.
+        uncommitted records reached its limits): it is then confirmed, acked and committed
+        (:meth:`_commit_through`) before the rest.
         """
         if not self._current(msgs):
             return []
@@ -298,7 +300,7 @@ class JoinWorker:
             parts.append((msgs[:n], tally))
             if n == len(msgs):
                 break
-            await self._commit_through(partition, msgs[:n], fetched)
+            await self._commit_through(partition, msgs[:n])
             msgs = msgs[n:]
             if not self._current(msgs):  # a rebalance while the commit waited
                 break
@@ -313,8 +315,9 @@ class JoinWorker:
             committed = self._committed(msgs[0].tp, partition)
             was_ready = proc.ready
             mark = time.perf_counter()
+            stops = time.monotonic() >= self._no_stops_until.get(partition, 0.0)
             out = proc.process_batch([(m.value, m.headers, m.offset, _record_ms(m)) for m in msgs], _now_ms(), committed,
-                                     until_commit=True)
+                                     until_commit=stops)
             n = proc.consumed
             timed("process", time.perf_counter() - mark)
             if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
@@ -334,27 +337,39 @@ class JoinWorker:
             os._exit(70)
         return n, tally
 
-    async def _commit_through(self, partition: int, msgs: list[Any], fetched: set[int]) -> None:
-        """Have the source commit pass ``msgs`` (a processed part, in offset order) before the rest of its
-        batch: wait for the batch in flight and this part's sends, ack the part, and commit, retrying for
-        up to ``COMMIT_WAIT_S``. A commit that does not pass it by then is logged, and processing goes on:
-        the core asks again at its next record that needs it, so the state stays bounded and the records
-        go on, one commit round each, until the broker takes commits again."""
+    async def _commit_through(self, partition: int, msgs: list[Any]) -> None:
+        """Have the source commit pass ``msgs`` (a processed part of one partition, in offset order) before
+        the rest of its batch: wait for the batch in flight and this part's sends, ack the part, and commit,
+        for up to ``COMMIT_WAIT_S`` in all (each commit call included).
+
+        The part's records the gap guard read straight from the broker are acked as well
+        (:func:`~rewardflow_streams.bulk.ack_part`), so the commit can pass a part that ends inside a
+        hole. A part whose
+        messages a rebalance made stale is not acked (they are read again). A commit that does not pass
+        the part in time is logged, and the partition's batches then run without stops for
+        ``COMMIT_WAIT_S`` before the next attempt: while commits fail, what sessions keep until the
+        commit grows with the records processed, and a state that outgrows the changelog's record limit
+        stops the worker (exit 70) as an infrastructure failure would."""
         if self._confirming is not None:  # its records come before these: acked first
             await self._confirming
         await self._sent(self.sender.mark())
+        if not self._current(msgs):
+            return
         consumer, tp, want = self.app.consumer, msgs[-1].tp, msgs[-1].offset + 1
-        bulk.ack_all(consumer, [m for m in msgs if id(m) in fetched])
+        bulk.ack_part(consumer, msgs)
         self.metrics.counters["commit_stops"] += 1
         deadline = time.monotonic() + COMMIT_WAIT_S
         while True:
-            await consumer.commit({tp})
+            with contextlib.suppress(asyncio.TimeoutError):  # (aiokafka retries a commit while the coordinator is away)
+                await asyncio.wait_for(asyncio.shield(consumer.commit({tp})), max(0.01, deadline - time.monotonic()))
             got = self._committed(tp, partition)
             if got is not None and got >= want:
                 return
             if time.monotonic() >= deadline or not self._current(msgs):
+                self._no_stops_until[partition] = time.monotonic() + COMMIT_WAIT_S
                 log.warning("a session's tombstones kept until the commit reached its limits at %s[%d]@%d, and "
-                            "the commit is at %s: going on uncommitted", tp.topic, partition, msgs[-1].offset, got)
+                            "the commit is at %s: going on uncommitted, without such stops for %.0f s",
+                            tp.topic, partition, msgs[-1].offset, got, COMMIT_WAIT_S)
                 return
             await asyncio.sleep(0.05)
 

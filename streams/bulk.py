@@ -199,3 +199,16 @@ def ack_all(consumer: Any, messages: Iterable[Any]) -> int:
         finally:
             notify(consumer._waiting_for_ack)
     return n
+
+
+def ack_part(consumer: Any, messages: list[Any]) -> None:
+    """Ack ``messages``, a processed prefix of one partition's messages in offset order that its commit
+    must pass now, records the gap guard read straight from the broker included (:func:`ack_all`), and
+    take their range out of Faust's gap intervals. Faust treats a gap interval as done only once an
+    offset past it is acked, and then all of it: the interval's offsets past the prefix stay in it,
+    to be committed with the acks of the records that follow them."""
+    ack_all(consumer, messages)
+    gaps = getattr(consumer, "_gap", None)
+    tp = messages[-1].tp
+    if gaps is not None and tp in gaps:
+        gaps[tp].chop(messages[0].offset, messages[-1].offset + 1)

@@ -64,9 +64,10 @@ RESEEK_S = 1.0
 HOLE_READ_S = 30.0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Refetched:
-    """A raw record read directly from the broker, shaped like the Faust messages the agent takes."""
+    """A raw record read directly from the broker, shaped like the Faust messages the agent takes (hashed by
+    identity, as they are: Faust's ack looks them up in a set)."""
 
     tp: Any
     offset: int

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from faust.transport.consumer import Consumer
+from intervaltree import IntervalTree
 from faust.types import TP
 from faust.types.tuples import Message
 
-from rewardflow_streams.bulk import ack_all
+from rewardflow_streams.bulk import ack_all, ack_part
+from rewardflow_streams.gaps import _Refetched
 
 RAW = "raw"
 OFF = "no-acks"  # a topic whose acks are off: its messages are marked acked, never counted
@@ -74,3 +76,29 @@ def test_ack_all_wakes_a_waiter_once_and_counts_nothing_twice() -> None:
         assert c._acked[TP(RAW, 0)] == [5, 6] and c._n_acked == 2
 
     asyncio.run(scenario())
+
+
+def test_a_part_that_ends_inside_a_hole_the_gap_guard_read_is_committed_through_its_last_record() -> None:
+    """Offsets 110..119 never reached the worker; the gap guard read them and made them a gap interval.
+    The core stopped after 114 for a commit: acking the part lets Faust's commit reach 115, never past the
+    refetched records not processed yet; the next fetched record's ack then takes the commit past the hole."""
+    tp = TP(RAW, 0)
+    c = _consumer({tp: 100})
+    c._gap = defaultdict(IntervalTree)
+    c._gap[tp].addi(110, 120)
+    fetched = [Message(RAW, 0, o, 0.0, 0, [], b"k", b"v", None, tp=tp) for o in range(100, 110)]
+    refetched = [_Refetched(tp, o, b"v", [], 1) for o in range(110, 120)]
+    ack_all(c, fetched)
+    assert _commit(c, tp) == 110  # the fetched part alone: the hole stops the commit
+    ack_part(c, [*fetched, *refetched[:5]])
+    assert _commit(c, tp) == 115
+    ack_all(c, [Message(RAW, 0, 120, 0.0, 0, [], b"k", b"v", None, tp=tp)])
+    assert _commit(c, tp) == 121
+
+
+def _commit(c: Any, tp: TP) -> int:
+    """The offset Faust's commit of ``tp`` leaves committed (its own steps on the fields they use)."""
+    new = Consumer._new_offset(c, tp)
+    if new is not None and Consumer._should_commit(c, tp, new):
+        c._committed_offset[tp] = new
+    return int(c._committed_offset[tp])

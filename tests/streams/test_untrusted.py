@@ -133,12 +133,17 @@ def test_a_record_that_makes_the_core_raise_is_dead_lettered_and_the_worker_goes
     assert d.worker.alive
 
 
-def test_a_backlog_of_a_session_at_its_limits_is_committed_in_parts_and_its_state_stays_bounded(deploy: Any) -> None:
+@pytest.mark.parametrize("commits", ["taken", "refused"])
+def test_a_backlog_of_a_session_at_its_limits_is_committed_in_parts_and_its_state_stays_bounded(
+        deploy: Any, monkeypatch: pytest.MonkeyPatch, commits: str) -> None:
     """Five minutes of a session's turns, one a second among other traffic, waiting for a worker that was
-    down: every turn it
-    expires while catching up is kept until the commit passes it, so the worker stops and commits whenever
-    the session holds its limits' worth of them. No stored state of the session holds more, and the
-    rewards are those of one uninterrupted replay of the raw topic."""
+    down: every turn it expires while catching up is kept until the commit passes it, so the worker stops
+    and commits whenever the session holds its limits' worth of them. No stored state of the session holds
+    more, and the rewards are those of one uninterrupted replay of the raw topic. When the broker refuses
+    the commits, the worker waits for one such commit, then goes on without stopping (its state grows
+    instead), and its rewards are the same."""
+    if commits == "refused":
+        monkeypatch.setenv("RF_FAULT_FAIL_COMMITS_FROM", "0:1")  # offset 0 is the probe: its commit (to 1) goes through
     d = deploy(horizons_s=[1, 2], grace_ms=1_000, allowed_lateness_ms=500, max_clock_skew_ms=500, window_sizes_s=[5],
                tombstone_ms=5_000, dedup_horizon_ms=5_000, max_turn_span_ms=5_000, correction_window_ms=0,
                max_session_turns=3, max_session_events=30, idle_timeout_s=2.0)
@@ -168,7 +173,11 @@ def test_a_backlog_of_a_session_at_its_limits_is_committed_in_parts_and_its_stat
 
     states = [orjson.loads(v) for v in _changelog_values(settings)]
     held = [len(s[6]) for s in states if isinstance(s, list) and len(s) > 6 and s[0] == "big"]
-    assert held and max(held) <= settings.max_session_turns, held
+    if commits == "taken":
+        assert held and max(held) <= settings.max_session_turns, held
+    else:
+        assert d.worker.log_tail().count("going on uncommitted") == 1
+        assert max(held) > settings.max_session_turns  # (what the stops bound while commits pass)
     assert d.worker.alive
 
 

@@ -137,7 +137,9 @@ class PartitionProcessor:
         ``max_session_events`` in them): :attr:`consumed` then says how many records were processed,
         and the caller must have the source commit pass the last of them before it passes the rest
         (with the new ``committed``). Otherwise every record is processed (:attr:`consumed` is their
-        number). Where a batch stops changes no decision, only when state is written.
+        number). Where a batch stops changes no decision, only when state is written and, through the
+        commit it leads to, when seen ids are pruned (on which alone it depends whether a client's resend
+        of an event, after a far jump of the watermark, is excluded as a duplicate or as late).
         """
         out = Outputs()
         if not records:
