@@ -126,6 +126,22 @@ def test_a_resent_correction_is_a_duplicate_and_orphans_are_never_corrected() ->
     assert out.rewards == [] and [r["reason"] for r in out.late] == ["late"]
 
 
+def test_a_resent_correction_dated_before_the_turns_first_event_is_a_duplicate() -> None:
+    """At the defaults (1 h correction window and dedup horizon), as the worker feeds records: a follow-up
+    dated 50 minutes before its turn's served event corrects the turn once; resent, it is a duplicate,
+    however often, and the turn's counts stay at one follow-up."""
+    cfg = JoinConfig(correction_ms=3_600_000)
+    f = Feed(cfg)
+    f.send(ev("InferenceServed", "r1", "s1", T0))
+    f.tick(T0 + cfg.settle_ms + 1_000)
+    follow_up = ev("FollowUp", "r1", "s1", T0 - 3_000_000, dissatisfied=True)
+    first = f.send(follow_up)
+    assert [r["n_dissatisfied"] for r in first.rewards] == [1] * len(first.rewards) and first.rewards
+    for _ in range(3):
+        again = f.send(follow_up)
+        assert again.rewards == [] and [x["reason"] for x in again.excluded] == ["duplicate"]
+
+
 def test_tombstones_keep_the_turn_only_when_corrections_are_on() -> None:
     for cfg, kept in ((CORR, True), (CFG, False)):
         f = Feed(cfg)

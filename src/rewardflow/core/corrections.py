@@ -82,7 +82,10 @@ def correct(tomb: Tombstone, ev: Envelope, cfg: JoinConfig, offset: int, committ
             revs.append([rev, off, outcome if outcome is not None else outcome_to_obj(_latest(turn, cfg, tomb.wm))])
     turn.apply(ev)
     revs = [*revs[-(KEEP_REVISIONS - 1):], [tomb.rev + 1, offset, None]]
-    new = Tombstone(tomb.wm, tomb.offset, tomb.served_ts, tomb.outcome, tomb.orphan, tomb.first_ts, tomb.n + 1,
+    # the turn's earliest event, corrections included: the session keeps the seen ids back to it while the
+    # tombstone is kept, so a resend of a correction dated before the turn's other events is a duplicate
+    first = ev.ts if tomb.first_ts is None or ev.ts < tomb.first_ts else tomb.first_ts
+    new = Tombstone(tomb.wm, tomb.offset, tomb.served_ts, tomb.outcome, tomb.orphan, first, tomb.n + 1,
                     turn.to_obj(), tomb.deadline, revs)
     rewards, windows = revision_rows(new, revs[-1], scored, cfg, partition)
     return new, rewards, windows
