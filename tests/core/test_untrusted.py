@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import random
 from typing import Any
 
@@ -26,7 +27,9 @@ from rewardflow.core.session import SessionState, session_key
 from rewardflow.core.corrections import correction_keep_ms
 from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES, stored_factor
 from rewardflow.core.ticks import TICK_HEADERS, signed_tick
-from rewardflow.events.wire import encode_avro, encode_json
+from rewardflow.events.wire import decode_record, encode_avro, encode_json
+from rewardflow.kafka.provision import dead_letter_record_limit
+from rewardflow.settings import Settings
 from tests.core.feed import JSON_H, SPECS
 from tests.factories import T0, ev, turn
 
@@ -186,6 +189,28 @@ def test_a_records_bytes_are_in_one_dead_letter_however_many_of_its_events_orjso
     assert base64.b64decode(carrying[0]["original_b64"]) == value
     assert all("the record's bytes are in the dead letter of its event 0" in d["reason"] for d in out.dead[1:])
     assert sum(len(d["original_b64"]) for d in out.dead) < 2 * len(value)
+
+
+@pytest.mark.parametrize("case", ["escaped", "oversize", "tick"])
+def test_a_dead_letter_fits_its_topic_whatever_it_refuses(case: str) -> None:
+    """An event of control characters, whose JSON is six times its record's bytes; a record over the limit
+    (compressed, the broker can take one); a tick of any size: each dead letter carries the first
+    ``max_record_bytes`` of what it refused, names its length and SHA-256, and fits the dead-letter topic
+    at the default limits, so the worker can send it and go on."""
+    settings = Settings()
+    cfg = dataclasses.replace(CFG, max_record_bytes=settings.max_record_bytes)
+    if case == "escaped":
+        value, headers = encode_avro([ev("FollowUp", "r1", "s1", T0, text_redacted="\x01" * 900_000)]), [("rf-format", b"avro")]
+    elif case == "oversize":
+        value, headers = encode_json([ev("FollowUp", "r1", "s1", T0, text_redacted="x" * 3_000_000)]), JSON_H
+    else:
+        value, headers = b"x" * 3_000_000, TICK_HEADERS
+    (letter,) = Broker(cfg).record(value, headers, T0).dead
+    refused = base64.b64decode(letter["original_b64"])
+    whole = orjson.dumps(decode_record(value, headers)[0]) if case == "escaped" else value
+    assert len(whole) > cfg.max_record_bytes and refused == whole[:cfg.max_record_bytes]
+    assert f"of {len(whole):,} bytes, sha256 {hashlib.sha256(whole).hexdigest()}" in letter["reason"]
+    assert len(orjson.dumps([letter])) <= dead_letter_record_limit(settings)
 
 
 # ---------------------------------------------------------------------------- volume

@@ -9,6 +9,7 @@ event time comes, so the broker's clock (LogAppendTime) never sees them early.
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from typing import Any
@@ -21,7 +22,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from rewardflow.kafka import topics as T
 from rewardflow.kafka.provision import changelog_topic
 from tests.factories import ev
-from tests.streams.kafka_io import json_record, read_raw
+from tests.streams.kafka_io import avro_record, json_record, read_raw
 from tests.streams.replay import on_wire, replay, rows_by_id
 
 pytestmark = pytest.mark.kafka
@@ -130,6 +131,26 @@ def test_a_record_that_makes_the_core_raise_is_dead_lettered_and_the_worker_goes
     assert (letter["source_offset"], letter["index"], letter["reason_code"]) == (offsets[1], -1, "processing_error")
     assert "RuntimeError" in letter["reason"]
     assert not [r for r in out.rows[T.VALID] if r["session_id"] == "sp"]  # nothing of the failed record stays
+    assert d.worker.alive
+
+
+def test_an_event_whose_dead_letter_would_be_six_times_its_record_is_refused_and_the_worker_goes_on(
+        deploy: Any) -> None:
+    """An Avro record of 900 KB whose one event is random control characters: as JSON, for its dead letter,
+    it is six times as large, and no compression brings it under what the dead-letter topic takes. The
+    dead letter carries its first ``max_record_bytes`` instead, and the turns after it are scored."""
+    d = deploy(**REAL_TIME, max_record_bytes=1_000_000)
+    t0 = now_ms()
+    rng = random.Random(5)
+    bomb = ev("FollowUp", "r-bomb", "s-bomb", t0, text_redacted="".join(chr(rng.randrange(1, 32)) for _ in range(900_000)))
+    after = opening("b1", "sb", t0)
+    offsets = d.raw.send_many([(0, *avro_record(bomb)), (0, *json_record(*after))])
+    wait_until(t0 + 2_200)
+    d.raw.send_many([(0, *json_record(*closing("b1", "sb", t0)))])
+    out = d.out.until(lambda o: len(o.finals("b1")) == 2, 30, "the turn after it")
+    (letter,) = out.rows[T.DEADLETTERS]
+    assert (letter["source_offset"], letter["reason_code"]) == (offsets[0], "invalid_event")
+    assert "[original cut to its first 1,000,000 of " in letter["reason"]
     assert d.worker.alive
 
 

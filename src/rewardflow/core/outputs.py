@@ -7,6 +7,7 @@ partition, offset, index, event id), so reprocessing a record reproduces them.
 from __future__ import annotations
 
 import base64
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,15 +50,26 @@ class Outputs:
 
 
 def dead_letter(topic: str, partition: int, offset: int, index: int, code: str, reason: str,
-                raw: dict[str, Any] | None, original: bytes | None, now_ms: int) -> DeadLetter:
+                raw: dict[str, Any] | None, original: bytes | None, now_ms: int, keep: int) -> DeadLetter:
+    """The dead letter of a refused record (``index`` -1) or event, carrying ``original`` (the record's bytes,
+    or the event as JSON) whole when it is at most ``keep`` bytes (the worker passes the input record limit,
+    for which the dead-letter topic is sized). A longer one (a record over the limit that compression got
+    past the broker, a tick of any size, an event whose JSON escapes make it several times its record's
+    size) is cut to its first ``keep`` bytes, and the reason gives its length and SHA-256: a dead letter
+    must never be too large to send, or the worker could not go past its record."""
     raw = raw or {}
+    original = original or b""
+    if len(original) > keep:
+        note = (f" [original cut to its first {keep:,} of {len(original):,} bytes, sha256 "
+                f"{hashlib.sha256(original).hexdigest()}]")
+        reason, original = reason[:1000 - len(note)] + note, original[:keep]
     return DeadLetter(
         dead_letter_id=stable_id(topic, partition, offset, index),
         source_topic=topic, source_partition=partition, source_offset=offset, index=index,
         reason_code=code, reason=reason[:1000],
         event_type=shown(raw.get("event_type", ""), 64), event_id=shown(raw.get("event_id", ""), 128),
         session_id=shown(raw.get("session_id", ""), 128),
-        original_b64=base64.b64encode(original or b"").decode(), dead_lettered_at=now_ms,
+        original_b64=base64.b64encode(original).decode(), dead_lettered_at=now_ms,
     )
 
 
@@ -86,10 +98,10 @@ def exclusion(reason: str, ev: Envelope, raw: dict[str, Any], checkpoint: str, w
 
 
 def failed_record(topic: str, partition: int, offset: int, exc: Exception, value: bytes | None,
-                  now_ms: int) -> DeadLetter:
+                  now_ms: int, keep: int) -> DeadLetter:
     """The dead letter of a record whose processing raised (``processing_error``, the record's bytes)."""
     return dead_letter(topic, partition, offset, -1, "processing_error",
-                       f"processing the record raised {type(exc).__name__}: {exc}", None, value, now_ms)
+                       f"processing the record raised {type(exc).__name__}: {exc}", None, value, now_ms, keep)
 
 
 def event_json(raw: Any, record: bytes | None) -> bytes:

@@ -161,7 +161,8 @@ class PartitionProcessor:
                 for at, rec in enumerate(records):
                     offset = rec[2]
                     if at in failed:
-                        out.dead.append(failed_record(self.topic, self.partition, offset, failed[at], rec[0], now_ms))
+                        out.dead.append(failed_record(self.topic, self.partition, offset, failed[at], rec[0], now_ms,
+                                                     self.cfg.max_record_bytes))
                     else:
                         self._step(rec[0], rec[1], offset, rec[3] if len(rec) > 3 else None, now_ms, cache, out)
                     if offset > self.last_offset:
@@ -197,7 +198,7 @@ class PartitionProcessor:
             tick = read_tick(value, self.topic, self.cfg.tick_key)
             if tick.wm is None:
                 out.dead.append(dead_letter(self.topic, self.partition, offset, -1, tick.code, tick.reason,
-                                            None, value, now_ms))
+                                            None, value, now_ms, self.cfg.max_record_bytes))
             else:
                 self.wm = max(self.wm, tick.wm if bound is None else min(tick.wm, bound))
             by = "idle"
@@ -234,7 +235,8 @@ class PartitionProcessor:
         try:
             raws = decode_record(value, max_bytes=cfg.max_record_bytes, max_batch_events=cfg.max_batch_events, fmt=fmt)
         except DecodeError as exc:
-            out.dead.append(dead_letter(self.topic, self.partition, offset, -1, exc.code, str(exc), None, value, now_ms))
+            out.dead.append(dead_letter(self.topic, self.partition, offset, -1, exc.code, str(exc), None, value, now_ms,
+                                        cfg.max_record_bytes))
             return
         events, rejected = split_valid(raws)
         carried: int | None = None  # the refused event whose dead letter holds the record's bytes, if any
@@ -247,7 +249,7 @@ class PartitionProcessor:
                 else:
                     reason += f" (the record's bytes are in the dead letter of its event {carried})"
             out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, reason,
-                                        raw, original, now_ms))
+                                        raw, original, now_ms, cfg.max_record_bytes))
         if not events:
             return
         if rejected:
@@ -264,7 +266,7 @@ class PartitionProcessor:
                     self.topic, self.partition, offset, idx, "future_ts",
                     f"ts {ev.ts} is {ev.ts - bound + cfg.max_clock_skew_ms} ms after the record's broker timestamp "
                     f"(allowed: {cfg.max_clock_skew_ms} ms, REWARDFLOW_MAX_CLOCK_SKEW_MS)",
-                    raw, event_json(raw, value), now_ms))
+                    raw, event_json(raw, value), now_ms, cfg.max_record_bytes))
                 continue
             if st is None or st.org_id != ev.org_id:
                 st = self._session(session_key(ev.org_id, ev.session_id), cache, create=True)
@@ -352,7 +354,7 @@ class PartitionProcessor:
         """Dead-letter the event under ``over`` (code, reason) from one of :mod:`.limits`' rules, if any."""
         if over is not None:
             out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record),
-                                        now_ms))
+                                        now_ms, self.cfg.max_record_bytes))
         return over is not None
 
     def _live(self, t: Tombstone) -> bool:
