@@ -344,12 +344,11 @@ class JoinWorker:
 
         The part's records the gap guard read straight from the broker are acked as well
         (:func:`~rewardflow_streams.bulk.ack_part`), so the commit can pass a part that ends inside a
-        hole. A part whose
-        messages a rebalance made stale is not acked (they are read again). A commit that does not pass
-        the part in time is logged, and the partition's batches then run without stops for
-        ``COMMIT_WAIT_S`` before the next attempt: while commits fail, what sessions keep until the
-        commit grows with the records processed, and a state that outgrows the changelog's record limit
-        stops the worker (exit 70) as an infrastructure failure would."""
+        hole. A part whose messages a rebalance made stale is not acked (they are read again). A commit
+        that does not pass the part in time is logged, and the partition's batches then run without
+        stops for ``COMMIT_WAIT_S`` before the next attempt: while commits fail, what sessions keep
+        until the commit grows with the records processed, and a state that outgrows the changelog's
+        record limit stops the worker (exit 70) as an infrastructure failure would."""
         if self._confirming is not None:  # its records come before these: acked first
             await self._confirming
         await self._sent(self.sender.mark())
