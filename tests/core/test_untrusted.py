@@ -25,7 +25,7 @@ from rewardflow.core.outputs import Outputs
 from rewardflow.core.processor import PartitionProcessor
 from rewardflow.core.session import SessionState, session_key
 from rewardflow.core.corrections import correction_keep_ms
-from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES, stored_factor
+from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES, raw_record_limit, stored_factor
 from rewardflow.core.ticks import TICK_HEADERS, signed_tick
 from rewardflow.events.wire import decode_record, encode_avro, encode_json
 from rewardflow.kafka.provision import dead_letter_record_limit
@@ -194,9 +194,9 @@ def test_a_records_bytes_are_in_one_dead_letter_however_many_of_its_events_orjso
 @pytest.mark.parametrize("case", ["escaped", "oversize", "tick"])
 def test_a_dead_letter_fits_its_topic_whatever_it_refuses(case: str) -> None:
     """An event of control characters, whose JSON is six times its record's bytes; a record over the limit
-    (compressed, the broker can take one); a tick of any size: each dead letter carries the first
-    ``max_record_bytes`` of what it refused, names its length and SHA-256, and fits the dead-letter topic
-    at the default limits, so the worker can send it and go on."""
+    (compressed, the broker can take one); a tick of any size: each dead letter carries as much of what it
+    refused as the raw topic takes, names its length and SHA-256, and fits the dead-letter topic at the
+    default limits, so the worker can send it and go on."""
     settings = Settings()
     cfg = dataclasses.replace(CFG, max_record_bytes=settings.max_record_bytes)
     if case == "escaped":
@@ -208,7 +208,8 @@ def test_a_dead_letter_fits_its_topic_whatever_it_refuses(case: str) -> None:
     (letter,) = Broker(cfg).record(value, headers, T0).dead
     refused = base64.b64decode(letter["original_b64"])
     whole = orjson.dumps(decode_record(value, headers)[0]) if case == "escaped" else value
-    assert len(whole) > cfg.max_record_bytes and refused == whole[:cfg.max_record_bytes]
+    keep = raw_record_limit(cfg.max_record_bytes)
+    assert len(whole) > keep and refused == whole[:keep]
     assert f"of {len(whole):,} bytes, sha256 {hashlib.sha256(whole).hexdigest()}" in letter["reason"]
     assert len(orjson.dumps([letter])) <= dead_letter_record_limit(settings)
 

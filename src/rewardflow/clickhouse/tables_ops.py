@@ -31,8 +31,8 @@ DEAD_LETTERS = TableDef(
         C("session_id", S, "Session when known, else ''."),
         C("original_b64", S, "Base64 of the original record bytes (index -1) or of the event/row JSON. An event "
           "that JSON cannot hold (nested deeper than 255 levels) has its record's bytes instead, in the first such "
-          "dead letter of the record only; the others' reason names that one. At most REWARDFLOW_MAX_RECORD_BYTES "
-          "of them: a longer original (a record over the limit, an event whose JSON escapes make it larger than its "
+          "dead letter of the record only; the others' reason names that one. At most what the raw topic takes "
+          "(REWARDFLOW_MAX_RECORD_BYTES plus 64 KiB, at least 1 MiB) of them: a longer original (a record over the limit, an event whose JSON escapes make it larger than its "
           "record, a tick) is cut there, and the reason gives its whole length and SHA-256."),
         C("dead_lettered_at", "Int64", "Wall time, epoch ms."),
         ms_alias("dead_lettered_at", "dead_lettered_at_ts"),

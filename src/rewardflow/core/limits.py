@@ -29,6 +29,19 @@ from rewardflow.core.corrections import correction_keep_ms
 from rewardflow.core.session import SessionState
 from rewardflow.events.models import AgentEdit, Envelope, InferenceServed
 
+BROKER_DEFAULT_MAX = 1_048_588
+"""Kafka's default ``max.message.bytes``."""
+RECORD_SLACK = 64 * 1024
+"""Room for a record's framing and headers beyond its value."""
+
+
+def raw_record_limit(max_record_bytes: int) -> int:
+    """The largest raw record (as the broker counts it) the raw topic takes: a little over
+    ``max_record_bytes``, and never below the broker's default. A dead letter carries at most this much
+    of what it refused, and the dead-letter topic is sized for one carrying it whole."""
+    return max(BROKER_DEFAULT_MAX, max_record_bytes + RECORD_SLACK)
+
+
 TURN_BYTES = 4_096
 """Most bytes one turn adds to its session's stored state, open or as a tombstone: with corrections,
 a tombstone keeps its first outcome and up to three earlier revisions' (:mod:`rewardflow.core.corrections`)."""

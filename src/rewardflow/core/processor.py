@@ -44,7 +44,7 @@ from rewardflow.core.config import JoinConfig, StateStore
 from rewardflow.core.corrections import correct, correctable, kept
 from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
                                      turn_exclusion)
-from rewardflow.core.limits import age_refusal, refusal, span_refusal, within
+from rewardflow.core.limits import age_refusal, raw_record_limit, refusal, span_refusal, within
 from rewardflow.core.marks import mark
 from rewardflow.core.recent import Recent
 from rewardflow.core.restore import NEVER, meta_key, restore
@@ -73,6 +73,7 @@ class PartitionProcessor:
             raise ValueError("at least one reward spec is required")
         self.cfg, self.specs, self.store = cfg, specs, store
         self._scored = [(s, s.content_hash) for s in specs]  # hash once, not per scored turn
+        self._keep = raw_record_limit(cfg.max_record_bytes)  # the most of a refused original a dead letter carries
         self._hz = list(cfg.horizons_s)
         self.topic, self.partition = topic, partition
         self.wm = self.maxts = -NEVER
@@ -162,7 +163,7 @@ class PartitionProcessor:
                     offset = rec[2]
                     if at in failed:
                         out.dead.append(failed_record(self.topic, self.partition, offset, failed[at], rec[0], now_ms,
-                                                     self.cfg.max_record_bytes))
+                                                     self._keep))
                     else:
                         self._step(rec[0], rec[1], offset, rec[3] if len(rec) > 3 else None, now_ms, cache, out)
                     if offset > self.last_offset:
@@ -198,7 +199,7 @@ class PartitionProcessor:
             tick = read_tick(value, self.topic, self.cfg.tick_key)
             if tick.wm is None:
                 out.dead.append(dead_letter(self.topic, self.partition, offset, -1, tick.code, tick.reason,
-                                            None, value, now_ms, self.cfg.max_record_bytes))
+                                            None, value, now_ms, self._keep))
             else:
                 self.wm = max(self.wm, tick.wm if bound is None else min(tick.wm, bound))
             by = "idle"
@@ -236,7 +237,7 @@ class PartitionProcessor:
             raws = decode_record(value, max_bytes=cfg.max_record_bytes, max_batch_events=cfg.max_batch_events, fmt=fmt)
         except DecodeError as exc:
             out.dead.append(dead_letter(self.topic, self.partition, offset, -1, exc.code, str(exc), None, value, now_ms,
-                                        cfg.max_record_bytes))
+                                        self._keep))
             return
         events, rejected = split_valid(raws)
         carried: int | None = None  # the refused event whose dead letter holds the record's bytes, if any
@@ -249,7 +250,7 @@ class PartitionProcessor:
                 else:
                     reason += f" (the record's bytes are in the dead letter of its event {carried})"
             out.dead.append(dead_letter(self.topic, self.partition, offset, r.index, r.error.code, reason,
-                                        raw, original, now_ms, cfg.max_record_bytes))
+                                        raw, original, now_ms, self._keep))
         if not events:
             return
         if rejected:
@@ -266,7 +267,7 @@ class PartitionProcessor:
                     self.topic, self.partition, offset, idx, "future_ts",
                     f"ts {ev.ts} is {ev.ts - bound + cfg.max_clock_skew_ms} ms after the record's broker timestamp "
                     f"(allowed: {cfg.max_clock_skew_ms} ms, REWARDFLOW_MAX_CLOCK_SKEW_MS)",
-                    raw, event_json(raw, value), now_ms, cfg.max_record_bytes))
+                    raw, event_json(raw, value), now_ms, self._keep))
                 continue
             if st is None or st.org_id != ev.org_id:
                 st = self._session(session_key(ev.org_id, ev.session_id), cache, create=True)
@@ -354,7 +355,7 @@ class PartitionProcessor:
         """Dead-letter the event under ``over`` (code, reason) from one of :mod:`.limits`' rules, if any."""
         if over is not None:
             out.dead.append(dead_letter(self.topic, self.partition, offset, idx, *over, raw, event_json(raw, record),
-                                        now_ms, self.cfg.max_record_bytes))
+                                        now_ms, self._keep))
         return over is not None
 
     def _live(self, t: Tombstone) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-TABLES_DIGEST = "1c95a1acdcb9308cf3f2a22672872fcbcf3440e608bd65d01825d794db8c543d"
+TABLES_DIGEST = "b620868ed6f5253b7ef96bde8ba18bfc18bfd2f364bf882b7c7e52d60f847145"
 
 
 class EventRow(TypedDict):
@@ -212,7 +212,7 @@ class DeadLetter(TypedDict):
     event_id: str
     # Session when known, else ''.
     session_id: str
-    # Base64 of the original record bytes (index -1) or of the event/row JSON. An event that JSON cannot hold (nested deeper than 255 levels) has its record's bytes instead, in the first such dead letter of the record only; the others' reason names that one. At most REWARDFLOW_MAX_RECORD_BYTES of them: a longer original (a record over the limit, an event whose JSON escapes make it larger than its record, a tick) is cut there, and the reason gives its whole length and SHA-256.
+    # Base64 of the original record bytes (index -1) or of the event/row JSON. An event that JSON cannot hold (nested deeper than 255 levels) has its record's bytes instead, in the first such dead letter of the record only; the others' reason names that one. At most what the raw topic takes (REWARDFLOW_MAX_RECORD_BYTES plus 64 KiB, at least 1 MiB) of them: a longer original (a record over the limit, an event whose JSON escapes make it larger than its record, a tick) is cut there, and the reason gives its whole length and SHA-256.
     original_b64: str
     # Wall time, epoch ms.
     dead_lettered_at: int

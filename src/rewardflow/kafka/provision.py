@@ -25,17 +25,17 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from rewardflow.kafka import topics as T
 from rewardflow.core.config import JoinConfig
-from rewardflow.core.limits import EVENT_BYTES, TURN_BYTES, stored_factor
+from rewardflow.core.limits import EVENT_BYTES, RECORD_SLACK, TURN_BYTES, stored_factor
+from rewardflow.core.limits import raw_record_limit as core_raw_record_limit
 from rewardflow.settings import Settings
 
 ALL_TOPICS = (T.RAW, *T.OUTPUT_TOPICS)
-_BROKER_DEFAULT_MAX = 1_048_588  # Kafka's default max.message.bytes
-_SLACK = 64 * 1024
+_SLACK = RECORD_SLACK
 
 
 def raw_record_limit(settings: Settings) -> int:
     """``max.message.bytes`` of the raw topic: a little over the largest record accepted."""
-    return max(_BROKER_DEFAULT_MAX, settings.max_record_bytes + _SLACK)
+    return core_raw_record_limit(settings.max_record_bytes)
 
 
 def dead_letter_record_limit(settings: Settings) -> int:
