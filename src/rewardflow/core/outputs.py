@@ -53,10 +53,11 @@ def dead_letter(topic: str, partition: int, offset: int, index: int, code: str, 
                 raw: dict[str, Any] | None, original: bytes | None, now_ms: int, keep: int) -> DeadLetter:
     """The dead letter of a refused record (``index`` -1) or event, carrying ``original`` (the record's bytes,
     or the event as JSON) whole when it is at most ``keep`` bytes (the processor passes what the raw topic
-    takes, :func:`~rewardflow.core.limits.raw_record_limit`, for which the dead-letter topic is sized). A longer one (a record over the limit that compression got
-    past the broker, a tick of any size, an event whose JSON escapes make it several times its record's
-    size) is cut to its first ``keep`` bytes, and the reason gives its length and SHA-256: a dead letter
-    must never be too large to send, or the worker could not go past its record."""
+    takes, :func:`~rewardflow.core.limits.raw_record_limit`, for which the dead-letter topic is sized).
+    A longer one (a record over the limit that compression got past the broker, a tick of any size, an
+    event whose JSON escapes make it several times its record's size) is cut to its first ``keep`` bytes,
+    and the reason gives its length and SHA-256: a dead letter must never be too large to send, or the
+    worker could not go past its record."""
     raw = raw or {}
     original = original or b""
     if len(original) > keep:

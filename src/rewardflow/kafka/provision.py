@@ -30,7 +30,6 @@ from rewardflow.core.limits import raw_record_limit as core_raw_record_limit
 from rewardflow.settings import Settings
 
 ALL_TOPICS = (T.RAW, *T.OUTPUT_TOPICS)
-_SLACK = RECORD_SLACK
 
 
 def raw_record_limit(settings: Settings) -> int:
@@ -40,7 +39,7 @@ def raw_record_limit(settings: Settings) -> int:
 
 def dead_letter_record_limit(settings: Settings) -> int:
     """``max.message.bytes`` of the dead-letter topic: one dead letter carrying a whole raw record."""
-    return raw_record_limit(settings) * 4 // 3 + 2 * _SLACK
+    return raw_record_limit(settings) * 4 // 3 + 2 * RECORD_SLACK
 
 
 def state_record_limit(settings: Settings) -> int:
@@ -49,7 +48,7 @@ def state_record_limit(settings: Settings) -> int:
     times :func:`~rewardflow.core.limits.stored_factor` for the finalised turns a held-back window keeps),
     and never below twice the largest raw record."""
     factor = stored_factor(JoinConfig.from_settings(settings))
-    need = factor * (settings.max_session_turns * TURN_BYTES + settings.max_session_events * EVENT_BYTES) + _SLACK
+    need = factor * (settings.max_session_turns * TURN_BYTES + settings.max_session_events * EVENT_BYTES) + RECORD_SLACK
     return max(2 * settings.max_record_bytes, need)
 
 
