@@ -42,7 +42,6 @@ state is rebuilt and its idle clock starts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
@@ -69,6 +68,7 @@ from rewardflow_streams.metrics import Tally, WorkerMetrics
 from rewardflow_streams.recovery import unrestored
 from rewardflow_streams.sender import OutputSender, SendFailed
 from rewardflow_streams.state import TableStore
+from rewardflow_streams.stops import CommitStops
 from rewardflow_streams.watch import WorkerWatch
 
 log = logging.getLogger("rewardflow.streams")
@@ -77,9 +77,6 @@ _TICK_ITEM = TICK_HEADERS[0]  # in the headers of every tick: a cheap test befor
 # Output records stay under the broker's default max.message.bytes (1,048,588), which
 # ensure_topics does not raise, whatever max_record_bytes allows for input records.
 _MAX_OUTPUT_RECORD = 1_000_000
-# How long a batch the core stopped for a commit (PartitionProcessor.process_batch(until_commit=True))
-# waits for that commit before going on without it
-COMMIT_WAIT_S = 10.0
 _DEBUG_BATCHES = os.environ.get("RF_DEBUG_BATCHES", "") not in ("", "0")  # per-batch log lines at WARNING (diagnosis)
 
 
@@ -177,8 +174,7 @@ class JoinWorker:
         self.watch = WorkerWatch(self.app, settings, self.metrics, self.raw_topic.get_topic_name(),
                                  self._broker_committed, self._admin, self._outputs_state)
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
-        # raw partition -> monotonic time before which its batches do not stop for a commit (the last wait ran out)
-        self._no_stops_until: dict[int, float] = {}
+        self.stops = CommitStops(lambda: self.app.consumer, self._committed, self._current, self.metrics)
         self._watching: asyncio.Task[None] | None = None
         self.app.on_partitions_assigned.connect(cast(Any, self._on_assigned))
         self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
@@ -315,9 +311,8 @@ class JoinWorker:
             committed = self._committed(msgs[0].tp, partition)
             was_ready = proc.ready
             mark = time.perf_counter()
-            stops = time.monotonic() >= self._no_stops_until.get(partition, 0.0)
             out = proc.process_batch([(m.value, m.headers, m.offset, _record_ms(m)) for m in msgs], _now_ms(), committed,
-                                     until_commit=stops)
+                                     until_commit=self.stops.allowed(partition))
             n = proc.consumed
             timed("process", time.perf_counter() - mark)
             if _DEBUG_BATCHES or log.isEnabledFor(logging.DEBUG):
@@ -338,39 +333,13 @@ class JoinWorker:
         return n, tally
 
     async def _commit_through(self, partition: int, msgs: list[Any]) -> None:
-        """Have the source commit pass ``msgs`` (a processed part of one partition, in offset order) before
-        the rest of its batch: wait for the batch in flight and this part's sends, ack the part, and commit,
-        for up to ``COMMIT_WAIT_S`` in all (each commit call included).
-
-        The part's records the gap guard read straight from the broker are acked as well
-        (:func:`~rewardflow_streams.bulk.ack_part`), so the commit can pass a part that ends inside a
-        hole. A part whose messages a rebalance made stale is not acked (they are read again). A commit
-        that does not pass the part in time is logged, and the partition's batches then run without
-        stops for ``COMMIT_WAIT_S`` before the next attempt: while commits fail, what sessions keep
-        until the commit grows with the records processed, and a state that outgrows the changelog's
-        record limit stops the worker (exit 70) as an infrastructure failure would."""
+        """Have the source commit pass ``msgs`` (a processed part of one partition) before the rest of its
+        batch: once the batch in flight is acked and this part's sends are confirmed
+        (:meth:`~rewardflow_streams.stops.CommitStops.commit_through`)."""
         if self._confirming is not None:  # its records come before these: acked first
             await self._confirming
         await self._sent(self.sender.mark())
-        if not self._current(msgs):
-            return
-        consumer, tp, want = self.app.consumer, msgs[-1].tp, msgs[-1].offset + 1
-        bulk.ack_part(consumer, msgs)
-        self.metrics.counters["commit_stops"] += 1
-        deadline = time.monotonic() + COMMIT_WAIT_S
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):  # (aiokafka retries a commit while the coordinator is away)
-                await asyncio.wait_for(asyncio.shield(consumer.commit({tp})), max(0.01, deadline - time.monotonic()))
-            got = self._committed(tp, partition)
-            if got is not None and got >= want:
-                return
-            if time.monotonic() >= deadline or not self._current(msgs):
-                self._no_stops_until[partition] = time.monotonic() + COMMIT_WAIT_S
-                log.warning("a session's tombstones kept until the commit reached its limits at %s[%d]@%d, and "
-                            "the commit is at %s: going on uncommitted, without such stops for %.0f s",
-                            tp.topic, partition, msgs[-1].offset, got, COMMIT_WAIT_S)
-                return
-            await asyncio.sleep(0.05)
+        await self.stops.commit_through(partition, msgs)
 
     def _committed(self, tp: Any, partition: int) -> int | None:
         """An offset of ``tp`` no replay can start below: the highest of the broker's committed
