@@ -772,16 +772,16 @@ def test_over_a_store_that_cannot_roll_back_the_exception_propagates(monkeypatch
 
 
 def test_a_turn_whose_scoring_raises_is_excluded_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rewardflow.core.processor as processor
+    import rewardflow.core.settle as settle
 
-    real = processor.score
+    real = settle.score
 
     def score(o: Any, spec: Any, h: str) -> Any:
         if o.request_id == "bad":
             raise ZeroDivisionError("weights")
         return real(o, spec, h)
 
-    monkeypatch.setattr(processor, "score", score)
+    monkeypatch.setattr(settle, "score", score)
     b = Broker()
     b.send(T0, *turn("bad", "s1", T0, horizons=HZ))
     b.send(T0, *turn("good", "s2", T0, horizons=HZ))

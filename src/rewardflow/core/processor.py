@@ -41,9 +41,8 @@ from typing import Any
 
 from rewardflow.core.closes import KEEP_CLOSES, StoredCloses
 from rewardflow.core.config import JoinConfig, StateStore
-from rewardflow.core.corrections import correct, correctable, kept
-from rewardflow.core.outputs import (Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record,
-                                     turn_exclusion)
+from rewardflow.core.corrections import correct, correctable
+from rewardflow.core.outputs import Outputs, checkpoint_of, dead_letter, event_json, event_row, exclusion, failed_record
 from rewardflow.core.limits import age_refusal, raw_record_limit, refusal, span_refusal, within
 from rewardflow.core.marks import mark
 from rewardflow.core.recent import Recent
@@ -51,14 +50,14 @@ from rewardflow.core.restore import NEVER, meta_key, restore
 from rewardflow.core.served import OpenServed
 from rewardflow.core.session import SessionState, Tombstone, org_of, session_key, tombstone_checkpoint
 from rewardflow.core.ticks import TICK, read_tick
-from rewardflow.core.turn import TurnState, outcome_to_obj
+from rewardflow.core.settle import settle_turns
+from rewardflow.core.turn import TurnState
 from rewardflow.core.wakeups import Wakeups, next_after_settle, wake_at
 from rewardflow.core.windows import WindowBook
 from rewardflow.events.errors import DecodeError
 from rewardflow.events.models import Envelope, InferenceServed
 from rewardflow.events.validate import split_valid
 from rewardflow.events.wire import decode_record, record_format
-from rewardflow.core.score import score
 from rewardflow.core.spec import RewardSpec
 
 Record = tuple[bytes | None, Any, int] | tuple[bytes | None, Any, int, int | None]
@@ -74,7 +73,6 @@ class PartitionProcessor:
         self.cfg, self.specs, self.store = cfg, specs, store
         self._scored = [(s, s.content_hash) for s in specs]  # hash once, not per scored turn
         self._keep = raw_record_limit(cfg.max_record_bytes)  # the most of a refused original a dead letter carries
-        self._hz = list(cfg.horizons_s)
         self.topic, self.partition = topic, partition
         self.wm = self.maxts = -NEVER
         # the idle clock's anchor: the wall time (ms) at which event time last kept pace, and maxts then
@@ -404,36 +402,13 @@ class PartitionProcessor:
                 self._schedule(st)
 
     def _settle(self, st: SessionState, offset: int, by: str, out: Outputs) -> None:
-        cfg, wm, hz, book = self.cfg, self.wm, self._hz, self.book
-        settle_ms = cfg.settle_ms
-        for rid, turn in list(st.turns.items()):
-            anchor = turn.anchor()
-            if anchor + settle_ms <= wm:
-                recs, o, failure = None, None, ""
-                if turn.served is not None:
-                    try:  # a turn whose scoring raises is excluded alone, not the record that settled it
-                        o = turn.outcome(hz, hz[-1], provisional=False, wm=wm, by=by)
-                        recs = [score(o, s, h) for s, h in self._scored]
-                    except Exception as exc:  # noqa: BLE001
-                        failure = f"{type(exc).__name__}: {exc}"[:500]
-                if recs is not None and o is not None:
-                    for r in recs:
-                        out.rewards.append(r)
-                        book.add(r)
-                    st.finalise(rid, Tombstone(wm, offset, o.served_ts, outcome_to_obj(o), None, turn.first_ts, turn.n,
-                                               *kept(cfg, turn)))
-                else:
-                    orphan = turn_exclusion(turn, wm, self.partition, failure)
-                    out.excluded.append(orphan)  # type: ignore[arg-type]
-                    st.finalise(rid, Tombstone(wm, offset, -1, None, orphan, turn.first_ts, turn.n))
-                del st.turns[rid]
-                self._open_served.pop((st.key, rid))
-            elif cfg.provisional and turn.served is not None:
-                reached = [h for h in hz[:-1] if anchor + h * 1000 + cfg.grace_ms <= wm]
-                if reached and reached[-1] > turn.provisional_h:
-                    turn.note_provisional(reached[-1])
-                    o = turn.outcome(hz, reached[-1], provisional=True, wm=wm, by=by)
-                    out.rewards.extend(score(o, s, h) for s, h in self._scored)
+        """Settle one session (:func:`settle_turns`), add its final rewards to the windows, prune it."""
+        cfg, wm, book = self.cfg, self.wm, self.book
+        finals, finalised = settle_turns(st, cfg, wm, offset, by, self._scored, self.partition, out)
+        for r in finals:
+            book.add(r)
+        for rid in finalised:
+            self._open_served.pop((st.key, rid))
         st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
                  keep_offset=self._keep_offset, offset=offset)
         if self._until_commit and st.held and st.held_reaches(cfg.max_session_turns, cfg.max_session_events):

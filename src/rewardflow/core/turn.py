@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,7 +178,7 @@ class TurnState:
         elif kind == _CLARIFYING:
             self.counts["clarifying"] = self.counts.get("clarifying", 0) + 1
 
-    def outcome(self, horizons: list[int], horizon_s: int, *, provisional: bool, wm: int, by: str) -> TurnOutcome:
+    def outcome(self, horizons: Sequence[int], horizon_s: int, *, provisional: bool, wm: int, by: str) -> TurnOutcome:
         """The outcome covering horizons up to ``horizon_s``. Requires ``served``."""
         s = self.served
         assert s is not None, "orphan turns have no outcome"
