@@ -37,6 +37,56 @@ def test_every_table_and_view_exists(ch_db: ChDatabase) -> None:
     assert applied_versions(ch_db.client) == {m.version for m in MIGRATIONS}
 
 
+def _shown(client: Any) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each table's and view's CREATE with its database's name taken out, and its SETTINGS clause as a
+    mapping (the engine lists them in the order they were given, at creation or by later ALTERs)."""
+    out = {}
+    for name, _, query in _schema(client):
+        query = query.replace(f"{client.database}.", "")
+        body, _, settings = query.partition(" SETTINGS ")
+        out[name] = (body, dict(s.split(" = ", 1) for s in settings.split(", ")) if settings else {})
+    return out
+
+
+def _other_database(ch_db: ChDatabase, suffix: str) -> Any:
+    from rewardflow.clickhouse.connect import get_client
+    from rewardflow.clickhouse.ddl import create_database
+
+    ch_db.client.command(create_database(ch_db.name + suffix))
+    return get_client(dsn=ch_db.dsn.with_database(ch_db.name + suffix))
+
+
+def test_a_fresh_database_gets_at_once_the_schema_every_migration_in_turn_builds(ch_db: ChDatabase) -> None:
+    from rewardflow.clickhouse.ddl import drop_database
+
+    replayed = _other_database(ch_db, "_replayed")
+    try:
+        assert migrate(replayed, replay=True).applied == [m.version for m in MIGRATIONS]
+        fresh, old = _shown(ch_db.client), _shown(replayed)
+        assert fresh == old and len(fresh) == len(ALL_TABLES) + len(ALL_VIEWS)
+        versions = "SELECT version, name, checksum FROM schema_migrations ORDER BY version"
+        assert ch_db.client.query(versions).result_rows == replayed.query(versions).result_rows
+    finally:
+        replayed.close()
+        ch_db.client.command(drop_database(ch_db.name + "_replayed"))
+
+
+def test_a_database_a_migration_stopped_in_is_brought_up_by_every_migration_in_turn(ch_db: ChDatabase) -> None:
+    """A table created by migration 1 before a run stopped: not a fresh database, so migration 10 and
+    later give that table their settings (creating tables as defined now would leave it as it is)."""
+    from rewardflow.clickhouse.ddl import drop_database
+
+    stopped = _other_database(ch_db, "_stopped")
+    try:
+        stopped.command(next(s for s in MIGRATIONS[0].statements(90) if "TABLE IF NOT EXISTS `events`" in s))
+        assert "merge_max_block_size" not in _schema(stopped)[0][2]
+        assert migrate(stopped).applied == [m.version for m in MIGRATIONS]
+        assert _shown(stopped) == _shown(ch_db.client)
+    finally:
+        stopped.close()
+        ch_db.client.command(drop_database(ch_db.name + "_stopped"))
+
+
 @pytest.mark.parametrize("table", ALL_TABLES, ids=lambda t: t.name)
 def test_created_columns_match_the_definitions(ch_db: ChDatabase, table: TableDef) -> None:
     rows = ch_db.client.query(

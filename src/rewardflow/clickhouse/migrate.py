@@ -9,7 +9,8 @@ a column. Running it again changes nothing. Each migration's
 statements are themselves idempotent (``IF NOT EXISTS`` / ``OR REPLACE``), so a
 migration interrupted half-way is completed by the next run; its row in
 ``schema_migrations`` is written only after all its statements succeeded.
-Two concurrent runs are safe (they issue the same idempotent statements).
+Two concurrent runs are safe: their statements are idempotent, and a run that finds tables another
+made in a fresh database replays every migration over them.
 New migrations are appended to :data:`MIGRATIONS` with the next version; a
 released migration is never edited.
 """
@@ -143,8 +144,14 @@ def _reconcile_ttl(client: Client, events_ttl_days: int, allow_data_loss: bool) 
     return {p.table.name: retention.apply(client, p, allow_data_loss=allow_data_loss) for p in plans}
 
 
-def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool = False) -> MigrationReport:
+def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool = False,
+            replay: bool = False) -> MigrationReport:
     """Bring the client's current database up to date; see the module contract. Blocks.
+
+    A database that holds nothing yet (no migration recorded, no table or view but
+    ``schema_migrations``) gets the catalogue's tables and views as they are defined now, and every
+    migration recorded as applied: the schema the migrations build, in a few statements instead of
+    every step of its history. ``replay`` applies every migration in turn even then.
 
     Raises :class:`~rewardflow.clickhouse.rowtypes.RowTypesStale` before touching the database when
     the generated record types no longer match the table definitions."""
@@ -152,6 +159,10 @@ def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool 
     report = MigrationReport(database=str(client.command("SELECT currentDatabase()")))
     client.command(create_table(SCHEMA_MIGRATIONS))
     done = applied_versions(client)
+    if not done and not replay and _holds_nothing(client):
+        _create_current(client, events_ttl_days)
+        report.applied = [m.version for m in MIGRATIONS]
+        done = set(report.applied)
     for migration in MIGRATIONS:
         if migration.version in done:
             report.already.append(migration.version)
@@ -168,6 +179,28 @@ def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool 
     report.deleted = _reconcile_ttl(client, events_ttl_days, allow_data_loss)
     report.ttl_changed = list(report.deleted)
     return report
+
+
+def _holds_nothing(client: Client) -> bool:
+    """Whether the current database has no table or view but ``schema_migrations``."""
+    return str(client.command(
+        "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name != 'schema_migrations'"
+    )) == "0"
+
+
+def _create_current(client: Client, events_ttl_days: int) -> None:
+    """Every table and view as defined now, then every migration recorded as applied (with the checksum
+    of its statements, as a run of each would record it). The statements are idempotent, so a run cut
+    short here is completed by the next, which finds tables and replays the migrations over them."""
+    for t in ALL_TABLES:
+        client.command(create_table(t, events_ttl_days=events_ttl_days))
+    for v in ALL_VIEWS:
+        client.command(v.ddl())
+    client.insert(
+        "schema_migrations",
+        [[m.version, m.name, checksum(m.statements(events_ttl_days))] for m in MIGRATIONS],
+        column_names=["version", "name", "checksum"],
+    )
 
 
 def ensure_database(dsn: Dsn) -> None:
