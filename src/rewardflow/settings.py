@@ -11,12 +11,11 @@ how to fix it. Unsafe combinations fail here, at start, never later.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import logging
 import os
 import re
-import difflib
-import logging
 import secrets
 import time
 import tomllib
