@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from rewardflow.clickhouse.catalog import ALL_TABLES, table
 from rewardflow.clickhouse.columns import TableDef
 from rewardflow.clickhouse.migrate import MIGRATIONS, applied_versions, migrate
+from rewardflow.clickhouse.tables import REWARDS
 from rewardflow.clickhouse.views import ALL_VIEWS
 from tests.conftest_clickhouse import ChDatabase
 
@@ -48,43 +51,111 @@ def _shown(client: Any) -> dict[str, tuple[str, dict[str, str]]]:
     return out
 
 
-def _other_database(ch_db: ChDatabase, suffix: str) -> Any:
+@contextlib.contextmanager
+def _other_database(ch_db: ChDatabase, suffix: str) -> Iterator[Any]:
+    """A second database, empty, in the test's engine; dropped afterwards."""
     from rewardflow.clickhouse.connect import get_client
-    from rewardflow.clickhouse.ddl import create_database
+    from rewardflow.clickhouse.ddl import create_database, drop_database
 
     ch_db.client.command(create_database(ch_db.name + suffix))
-    return get_client(dsn=ch_db.dsn.with_database(ch_db.name + suffix))
-
-
-def test_a_fresh_database_gets_at_once_the_schema_every_migration_in_turn_builds(ch_db: ChDatabase) -> None:
-    from rewardflow.clickhouse.ddl import drop_database
-
-    replayed = _other_database(ch_db, "_replayed")
+    client = get_client(dsn=ch_db.dsn.with_database(ch_db.name + suffix))
     try:
-        assert migrate(replayed, replay=True).applied == [m.version for m in MIGRATIONS]
-        fresh, old = _shown(ch_db.client), _shown(replayed)
-        assert fresh == old and len(fresh) == len(ALL_TABLES) + len(ALL_VIEWS)
-        versions = "SELECT version, name, checksum FROM schema_migrations ORDER BY version"
-        assert ch_db.client.query(versions).result_rows == replayed.query(versions).result_rows
+        yield client
     finally:
-        replayed.close()
-        ch_db.client.command(drop_database(ch_db.name + "_replayed"))
+        client.close()
+        ch_db.client.command(drop_database(ch_db.name + suffix))
+
+
+class _Cut:
+    """A client whose ``command`` runs ``before(n, statement)`` ahead of its n-th statement (from 1)."""
+
+    def __init__(self, client: Any, before: Any) -> None:
+        self._client, self._before, self.n = client, before, 0
+
+    def command(self, statement: str, *args: Any, **kwargs: Any) -> Any:
+        self.n += 1
+        self._before(self.n, statement)
+        return self._client.command(statement, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+VERSIONS = "SELECT version, name, checksum FROM schema_migrations ORDER BY version"
+
+
+@pytest.mark.parametrize("ttl", [90, 30])
+def test_a_fresh_database_gets_at_once_the_schema_every_migration_in_turn_builds(ch_db: ChDatabase, ttl: int) -> None:
+    with _other_database(ch_db, "_fresh") as fresh, _other_database(ch_db, "_replayed") as replayed:
+        at_once = migrate(fresh, events_ttl_days=ttl)
+        assert at_once.fresh and at_once.applied == [m.version for m in MIGRATIONS] and at_once.already == []
+        in_turn = migrate(replayed, events_ttl_days=ttl, replay=True)
+        assert not in_turn.fresh and in_turn.applied == at_once.applied
+        assert _shown(fresh) == _shown(replayed) and len(_shown(fresh)) == len(ALL_TABLES) + len(ALL_VIEWS)
+        assert f"toIntervalDay({ttl})" in _shown(fresh)["events"][0]
+        assert fresh.query(VERSIONS).result_rows == replayed.query(VERSIONS).result_rows
+        assert at_once.settings_restored == in_turn.settings_restored == []
 
 
 def test_a_database_a_migration_stopped_in_is_brought_up_by_every_migration_in_turn(ch_db: ChDatabase) -> None:
     """A table created by migration 1 before a run stopped: not a fresh database, so migration 10 and
     later give that table their settings (creating tables as defined now would leave it as it is)."""
-    from rewardflow.clickhouse.ddl import drop_database
-
-    stopped = _other_database(ch_db, "_stopped")
-    try:
+    with _other_database(ch_db, "_stopped") as stopped:
         stopped.command(next(s for s in MIGRATIONS[0].statements(90) if "TABLE IF NOT EXISTS `events`" in s))
         assert "merge_max_block_size" not in _schema(stopped)[0][2]
-        assert migrate(stopped).applied == [m.version for m in MIGRATIONS]
+        report = migrate(stopped)
+        assert not report.fresh and report.applied == [m.version for m in MIGRATIONS]
         assert _shown(stopped) == _shown(ch_db.client)
-    finally:
-        stopped.close()
-        ch_db.client.command(drop_database(ch_db.name + "_stopped"))
+
+
+@pytest.mark.parametrize("cut_at", [1, 7, len(ALL_TABLES) + 1])  # the first table, a later one, a view
+def test_a_fresh_database_whose_creation_was_cut_short_is_completed_by_the_next_run(
+        ch_db: ChDatabase, cut_at: int) -> None:
+    created = []
+
+    def fail(n: int, statement: str) -> None:
+        if statement.startswith(("CREATE TABLE `", "CREATE OR REPLACE VIEW")):
+            created.append(statement)
+            if len(created) == cut_at:
+                raise ConnectionError("the engine went away")
+
+    with _other_database(ch_db, "_cut") as cut:
+        with pytest.raises(ConnectionError):
+            migrate(_Cut(cut, fail))
+        assert applied_versions(cut) == set()  # nothing recorded before every table and view exists
+        report = migrate(cut)
+        assert report.fresh == (cut_at == 1) and report.applied == [m.version for m in MIGRATIONS]
+        assert _shown(cut) == _shown(ch_db.client)
+
+
+def test_a_fresh_database_another_run_began_to_migrate_is_migrated_in_turn(ch_db: ChDatabase) -> None:
+    """Another run's migration 1 created ``rewards`` (without its projection and merge settings) after
+    this run found the database empty: this run replays every migration over it."""
+    with _other_database(ch_db, "_race") as race:
+        rival = next(s for s in MIGRATIONS[0].statements(90) if "TABLE IF NOT EXISTS `rewards`" in s)
+
+        def interleave(n: int, statement: str) -> None:
+            if "CREATE TABLE `events`" in statement:
+                race.command(rival)
+
+        report = migrate(_Cut(race, interleave))
+        assert not report.fresh and report.applied == [m.version for m in MIGRATIONS]
+        assert _shown(race) == _shown(ch_db.client)
+
+
+def test_settings_an_earlier_migration_left_are_restored_by_the_next_run(ch_db: ChDatabase) -> None:
+    """Two runs at once: one recorded migration 9 while the other, behind it, ran migration 5 over the
+    same table and died. The next run gives ``rewards`` its settings back."""
+    from rewardflow.clickhouse.ddl import modify_settings
+    from rewardflow.clickhouse.migrate import _BY_SEQ_AT_5
+
+    expected = _shown(ch_db.client)
+    ch_db.client.command(modify_settings(REWARDS, _BY_SEQ_AT_5))
+    assert _shown(ch_db.client) != expected
+    report = migrate(ch_db.client)
+    assert report.applied == [] and report.settings_restored == ["rewards"]
+    assert _shown(ch_db.client) == expected
+    assert migrate(ch_db.client).settings_restored == []
 
 
 @pytest.mark.parametrize("table", ALL_TABLES, ids=lambda t: t.name)
@@ -214,11 +285,11 @@ def test_released_migration_1_creates_tables_without_their_merge_settings() -> N
 @pytest.mark.parametrize("table", ALL_TABLES, ids=lambda t: t.name)
 def test_every_setting_of_the_definition_is_in_force(ch_db: ChDatabase, table: TableDef) -> None:
     """Fresh databases get the merge settings from migration 10, not from migration 1's CREATE."""
-    from rewardflow.clickhouse.ddl import _setting_value
+    from rewardflow.clickhouse.ddl import setting_value
 
     create = ch_db.client.query(f"SHOW CREATE TABLE `{table.name}`").result_rows[0][0]
     for key, value in table.table_settings().items():
-        assert f"{key} = {_setting_value(value)}" in create, (key, create[-400:])
+        assert f"{key} = {setting_value(value)}" in create, (key, create[-400:])
 
 
 def test_migration_10_gives_the_sink_tables_their_merge_settings_idempotently(ch_db: ChDatabase) -> None:

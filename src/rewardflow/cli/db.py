@@ -62,8 +62,10 @@ def migrate(
     applied = ", ".join(map(str, report.applied)) or "none"
     ttl = "; ".join(f"retention of {name} set to {settings.events_ttl_days} days after insertion, {n:,} rows deleted"
                     for name, n in report.deleted.items())
-    typer.echo(f"database {report.database} at {dsn.masked()}: applied migrations {applied}; "
-               f"already applied {len(report.already)}" + (f"; {ttl}" if ttl else ""))
+    restored = f"; settings of {', '.join(report.settings_restored)} restored" if report.settings_restored else ""
+    how = " (a fresh database: its tables created as defined now)" if report.fresh else ""
+    typer.echo(f"database {report.database} at {dsn.masked()}: applied migrations {applied}{how}; "
+               f"already applied {len(report.already)}{restored}" + (f"; {ttl}" if ttl else ""))
 
 
 def _rich_table(t: TableDef, counts: dict[str, int]) -> Table:

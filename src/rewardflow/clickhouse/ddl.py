@@ -21,7 +21,8 @@ def quote_ident(name: str) -> str:
     return f"`{name}`"
 
 
-def _setting_value(value: str | int) -> str:
+def setting_value(value: str | int) -> str:
+    """A table setting's value as SQL, and as ``SHOW CREATE TABLE`` shows it."""
     return str(value) if isinstance(value, int) else "'" + value.replace("'", "\\'") + "'"
 
 
@@ -31,8 +32,9 @@ def ttl_clause(table: TableDef, events_ttl_days: int) -> str:
 
 
 def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: bool = True,
-                 merge_settings: bool = True) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` for ``table`` in the current database.
+                 merge_settings: bool = True, exists_ok: bool = True) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for ``table`` in the current database (``exists_ok=False``:
+    ``CREATE TABLE``, which fails when the table exists).
 
     ``projections=False`` leaves out the table's projections and the settings they need
     (migration 1 created the tables before any projection existed; :func:`add_projection`
@@ -42,7 +44,8 @@ def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: boo
     projs = table.projections if projections else ()
     clauses = [c.ddl() for c in table.columns] + [f"PROJECTION {p.ddl()}" for p in projs]
     cols = ",\n    ".join(clauses)
-    parts = [f"CREATE TABLE IF NOT EXISTS {quote_ident(table.name)}\n(\n    {cols}\n)", f"ENGINE = {table.engine}"]
+    create = "CREATE TABLE IF NOT EXISTS" if exists_ok else "CREATE TABLE"
+    parts = [f"{create} {quote_ident(table.name)}\n(\n    {cols}\n)", f"ENGINE = {table.engine}"]
     if table.partition_by:
         parts.append(f"PARTITION BY {table.partition_by}")
     parts.append(f"ORDER BY {table.order_by}")
@@ -51,7 +54,7 @@ def create_table(table: TableDef, *, events_ttl_days: int = 90, projections: boo
         parts.append(f"TTL {ttl}")
     settings = table.table_settings(projections=projections, merge=merge_settings)
     if settings:
-        parts.append("SETTINGS " + ", ".join(f"{k} = {_setting_value(v)}" for k, v in settings.items()))
+        parts.append("SETTINGS " + ", ".join(f"{k} = {setting_value(v)}" for k, v in settings.items()))
     return "\n".join(parts)
 
 
@@ -71,7 +74,7 @@ def add_projection(table: TableDef, name: str, settings: Mapping[str, str | int]
 
 def modify_settings(table: TableDef, settings: Mapping[str, str | int]) -> str:
     """``ALTER TABLE … MODIFY SETTING`` giving ``table`` these table settings (idempotent)."""
-    rendered = ", ".join(f"{k} = {_setting_value(v)}" for k, v in settings.items())
+    rendered = ", ".join(f"{k} = {setting_value(v)}" for k, v in settings.items())
     return f"ALTER TABLE {quote_ident(table.name)} MODIFY SETTING {rendered}"
 
 

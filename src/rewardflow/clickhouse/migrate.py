@@ -9,8 +9,9 @@ a column. Running it again changes nothing. Each migration's
 statements are themselves idempotent (``IF NOT EXISTS`` / ``OR REPLACE``), so a
 migration interrupted half-way is completed by the next run; its row in
 ``schema_migrations`` is written only after all its statements succeeded.
-Two concurrent runs are safe: their statements are idempotent, and a run that finds tables another
-made in a fresh database replays every migration over them.
+Concurrent runs issue idempotent statements; a run that finds a table another made in a fresh
+database replays every migration over what it finds, and every run ends by giving each table the
+settings of its definition, so whatever two runs left, the next one completes.
 New migrations are appended to :data:`MIGRATIONS` with the next version; a
 released migration is never edited.
 """
@@ -27,8 +28,10 @@ from rewardflow.clickhouse.catalog import ALL_TABLES, table
 from rewardflow.clickhouse import retention
 from rewardflow.clickhouse.ddl import (
     add_projection, create_database, create_table, materialize_projection, modify_columns, modify_settings,
+    setting_value,
 )
 from rewardflow.clickhouse.dsn import Dsn
+from rewardflow.clickhouse.errors import error_code
 from rewardflow.clickhouse.rowtypes import check as check_row_types
 from rewardflow.clickhouse.tables import BY_SEQ, REWARD_WINDOWS, REWARDS, SIGNED_WINDOW_COLUMNS
 from rewardflow.clickhouse.tables_state import CHECKPOINTS, INGEST_KEYS, REWARD_SPECS, SCHEMA_MIGRATIONS
@@ -38,6 +41,7 @@ from rewardflow.clickhouse.views import ALL_VIEWS, REWARDS_DAILY, REWARDS_LATEST
 # views added to the catalogue later get their own migration, so 1 and 2 render the same statements forever.
 _LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name, INGEST_KEYS.name, CHECKPOINTS.name})
 _LATER_VIEWS = frozenset({REWARDS_LINEAGE.name})
+_TABLE_ALREADY_EXISTS = 57
 
 
 # The table settings of by_seq as migrations 5 and 9 set them (released statements never change).
@@ -120,6 +124,8 @@ class MigrationReport:
     already: list[int] = field(default_factory=list)
     ttl_changed: list[str] = field(default_factory=list)
     deleted: dict[str, int] = field(default_factory=dict)  # rows a TTL change deleted, per table
+    fresh: bool = False  # the database held nothing: its tables and views were created as defined now
+    settings_restored: list[str] = field(default_factory=list)  # tables given back their defined settings
 
 
 def checksum(statements: list[str]) -> str:
@@ -150,8 +156,10 @@ def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool 
 
     A database that holds nothing yet (no migration recorded, no table or view but
     ``schema_migrations``) gets the catalogue's tables and views as they are defined now, and every
-    migration recorded as applied: the schema the migrations build, in a few statements instead of
-    every step of its history. ``replay`` applies every migration in turn even then.
+    migration recorded as applied (``report.fresh``): the schema the migrations build, in a few
+    statements instead of every step of its history. ``replay`` applies every migration in turn even
+    then. Last, a table whose settings differ from its definition gets them back
+    (``report.settings_restored``).
 
     Raises :class:`~rewardflow.clickhouse.rowtypes.RowTypesStale` before touching the database when
     the generated record types no longer match the table definitions."""
@@ -159,23 +167,23 @@ def migrate(client: Client, *, events_ttl_days: int = 90, allow_data_loss: bool 
     report = MigrationReport(database=str(client.command("SELECT currentDatabase()")))
     client.command(create_table(SCHEMA_MIGRATIONS))
     done = applied_versions(client)
-    if not done and not replay and _holds_nothing(client):
-        _create_current(client, events_ttl_days)
-        report.applied = [m.version for m in MIGRATIONS]
-        done = set(report.applied)
-    for migration in MIGRATIONS:
-        if migration.version in done:
-            report.already.append(migration.version)
-            continue
-        statements = migration.statements(events_ttl_days)
-        for statement in statements:
-            client.command(statement)
-        client.insert(
-            "schema_migrations",
-            [[migration.version, migration.name, checksum(statements)]],
-            column_names=["version", "name", "checksum"],
-        )
-        report.applied.append(migration.version)
+    if not done and not replay and _holds_nothing(client) and _create_current(client, events_ttl_days):
+        report.applied, report.fresh = [m.version for m in MIGRATIONS], True
+    else:
+        for migration in MIGRATIONS:
+            if migration.version in done:
+                report.already.append(migration.version)
+                continue
+            statements = migration.statements(events_ttl_days)
+            for statement in statements:
+                client.command(statement)
+            client.insert(
+                "schema_migrations",
+                [[migration.version, migration.name, checksum(statements)]],
+                column_names=["version", "name", "checksum"],
+            )
+            report.applied.append(migration.version)
+    report.settings_restored = _reconcile_settings(client)
     report.deleted = _reconcile_ttl(client, events_ttl_days, allow_data_loss)
     report.ttl_changed = list(report.deleted)
     return report
@@ -188,12 +196,21 @@ def _holds_nothing(client: Client) -> bool:
     )) == "0"
 
 
-def _create_current(client: Client, events_ttl_days: int) -> None:
+def _create_current(client: Client, events_ttl_days: int) -> bool:
     """Every table and view as defined now, then every migration recorded as applied (with the checksum
-    of its statements, as a run of each would record it). The statements are idempotent, so a run cut
-    short here is completed by the next, which finds tables and replays the migrations over them."""
+    of its statements, as a run of each would record it). False, with nothing recorded, when a table
+    exists already: another run is migrating the database, and this one replays every migration over
+    what it finds instead. The migrations are recorded last, so a run cut short here leaves tables and
+    no record, and the next run replays every migration over them."""
     for t in ALL_TABLES:
-        client.command(create_table(t, events_ttl_days=events_ttl_days))
+        if t.name == SCHEMA_MIGRATIONS.name:
+            continue
+        try:
+            client.command(create_table(t, events_ttl_days=events_ttl_days, exists_ok=False))
+        except Exception as exc:  # noqa: BLE001 - the driver's error carries the engine's code
+            if error_code(exc) == _TABLE_ALREADY_EXISTS:
+                return False
+            raise
     for v in ALL_VIEWS:
         client.command(v.ddl())
     client.insert(
@@ -201,6 +218,24 @@ def _create_current(client: Client, events_ttl_days: int) -> None:
         [[m.version, m.name, checksum(m.statements(events_ttl_days))] for m in MIGRATIONS],
         column_names=["version", "name", "checksum"],
     )
+    return True
+
+
+def _reconcile_settings(client: Client) -> list[str]:
+    """Give each table whose settings differ from its definition's (``TableDef.table_settings``) those
+    settings; the names of the tables changed. Every migration run in full leaves none to change, but two
+    runs at once can interleave so that one that died midway left an earlier migration's value of a
+    setting after the other recorded the later migration that changes it."""
+    shown = {str(name): str(query) for name, query in client.query(
+        "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase()").result_rows}
+    changed = []
+    for t in ALL_TABLES:
+        wanted = t.table_settings()
+        query = shown.get(t.name, "")
+        if wanted and any(f"{k} = {setting_value(v)}" not in query for k, v in wanted.items()):
+            client.command(modify_settings(t, wanted))
+            changed.append(t.name)
+    return changed
 
 
 def ensure_database(dsn: Dsn) -> None:
