@@ -33,18 +33,19 @@ def session(*turns: list[dict[str, Any]]) -> SessionState:
     return st
 
 
-def settle(st: SessionState, wm: int, cfg: JoinConfig = CFG) -> tuple[Outputs, list[Any], list[str]]:
+def settle(st: SessionState, wm: int, cfg: JoinConfig = CFG, by: str = "watermark") -> tuple[Outputs, list[Any], list[str]]:
     out = Outputs()
-    finals, finalised = settle_turns(st, cfg, wm, 7, "watermark", SCORED, 0, out)
+    finals, finalised = settle_turns(st, cfg, wm, 7, by, SCORED, 0, out)
     return out, finals, finalised
 
 
 def test_a_due_served_turn_becomes_one_final_reward_a_spec_and_a_tombstone() -> None:
     st = session(turn("r1", horizons=(30, 120)))
     due = st.turns["r1"].anchor() + CFG.settle_ms
-    out, finals, finalised = settle(st, due)
+    out, finals, finalised = settle(st, due, by="idle")
     assert finalised == ["r1"] and "r1" not in st.turns
     assert [(r["spec_version"], r["provisional"], r["horizon_s"]) for r in out.rewards] == [("a", 0, 120), ("b", 0, 120)]
+    assert {(r["finalised_wm"], r["finalised_by"]) for r in out.rewards} == {(due, "idle")}
     assert finals == out.rewards and not out.excluded
     tomb = st.done["r1"]
     assert (tomb.wm, tomb.offset, tomb.served_ts, tomb.orphan) == (due, 7, T0, None) and tomb.outcome is not None
@@ -54,7 +55,7 @@ def test_a_turn_is_not_due_a_millisecond_before_its_deadline() -> None:
     st = session(turn("r1", horizons=(30, 120)))
     out, finals, finalised = settle(st, st.turns["r1"].anchor() + CFG.settle_ms - 1)
     assert finalised == [] and finals == [] and "r1" in st.turns and not st.done
-    assert all(r["provisional"] == 1 for r in out.rewards)
+    assert [(r["provisional"], r["horizon_s"]) for r in out.rewards] == [(1, 30), (1, 30)]
 
 
 def test_a_due_turn_never_served_is_an_orphan_with_a_tombstone_without_outcome() -> None:
@@ -73,7 +74,8 @@ def test_provisional_rewards_come_once_a_horizon_with_its_grace() -> None:
     out = settle(st, at_30)[0]
     assert [(r["provisional"], r["horizon_s"]) for r in out.rewards] == [(1, 30), (1, 30)]
     assert settle(st, at_30 + 5)[0].rewards == []  # the same horizon again: nothing new
-    assert settle(st, at_30, JoinConfig(horizons_s=(30, 120), grace_ms=1_000, provisional=False))[0].rewards == []
+    off = JoinConfig(horizons_s=(30, 120), grace_ms=1_000, provisional=False)
+    assert settle(session(turn("r1", horizons=(30, 120))), at_30, off)[0].rewards == []
 
 
 def test_only_the_due_turns_of_a_session_settle_in_its_order() -> None:
