@@ -28,6 +28,16 @@ def test_a_named_command_does_not_import_the_others() -> None:
     assert got.stdout.strip() == "['rewardflow.cli.sql']", got.stderr
 
 
+def test_the_version_is_answered_without_importing_any_command_or_driver() -> None:
+    code = ("import sys; sys.argv = ['rewardflow', '--version']; from rewardflow.cli.main import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('rewardflow.cli.', 'clickhouse_connect', 'pyarrow', "
+            "'pydantic_settings')) and m != 'rewardflow.cli.main'))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert got.stdout.strip().splitlines()[-1] == "[]", (got.stdout, got.stderr)
+    assert got.stdout.startswith("rewardflow "), got.stdout
+
+
 def test_help_and_an_unknown_name_list_every_command() -> None:
     listed = _cli("--help").stdout
     for name in ("run", "kafka", "emit", "sql", "bench", "collect"):

@@ -12,10 +12,6 @@ import sys
 
 import typer
 
-from rewardflow.clickhouse.dsn import DsnError
-from rewardflow.clickhouse.errors import ClickHouseError
-from rewardflow.settings import SettingsError
-
 app = typer.Typer(
     name="rewardflow",
     help="Self-hosted feedback and reward platform for real-time RL of coding agents.",
@@ -62,6 +58,8 @@ def _mount(argv: list[str]) -> None:
     command mounted alone starts sooner (``rewardflow run`` spawns its workers that much earlier).
     """
     named = argv[1] if len(argv) > 1 else ""
+    if named == "--version":  # (answered by the root callback before any command is looked up)
+        return
     only = named if named in _GROUPS or named in _COMMANDS else None
     for name, help_text in _GROUPS.items():
         if only in (None, name):
@@ -81,19 +79,23 @@ def main() -> None:
     (``REWARDFLOW_DEBUG=1`` shows the traceback of an unexpected one)."""
     try:
         app()
-    except SettingsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except DsnError as exc:  # (parsed where the DSN is first used)
-        typer.echo(f"error: invalid configuration: REWARDFLOW_CLICKHOUSE_DSN: {exc}", err=True)
-        sys.exit(2)
-    except ClickHouseError as exc:  # unavailable, busy, refused (a retention change that would delete rows)
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the last resort: one line, the type and the message
+    except Exception as exc:  # noqa: BLE001 - every error is one line (the types are imported only then)
+        from rewardflow.clickhouse.dsn import DsnError
+        from rewardflow.clickhouse.errors import ClickHouseError
+        from rewardflow.settings import SettingsError
+
+        if isinstance(exc, SettingsError):
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        if isinstance(exc, DsnError):  # (parsed where the DSN is first used)
+            typer.echo(f"error: invalid configuration: REWARDFLOW_CLICKHOUSE_DSN: {exc}", err=True)
+            sys.exit(2)
+        if isinstance(exc, ClickHouseError):  # unavailable, busy, refused (a retention change that would delete rows)
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(2)
         if os.environ.get("REWARDFLOW_DEBUG", "") not in ("", "0"):
             raise
         message = " ".join(str(exc).split())[:500] or "(no message)"
