@@ -143,7 +143,8 @@ def test_a_fresh_database_another_run_began_to_migrate_is_migrated_in_turn(ch_db
         assert _shown(race) == _shown(ch_db.client)
 
 
-def test_settings_an_earlier_migration_left_are_restored_by_the_next_run(ch_db: ChDatabase) -> None:
+def test_settings_an_earlier_migration_left_are_restored_by_the_next_run(
+        ch_db: ChDatabase, caplog: pytest.LogCaptureFixture) -> None:
     """Two runs at once: one recorded migration 9 while the other, behind it, ran migration 5 over the
     same table and died. The next run gives ``rewards`` its settings back."""
     from rewardflow.clickhouse.ddl import modify_settings
@@ -154,6 +155,7 @@ def test_settings_an_earlier_migration_left_are_restored_by_the_next_run(ch_db: 
     assert _shown(ch_db.client) != expected
     report = migrate(ch_db.client)
     assert report.applied == [] and report.settings_restored == ["rewards"]
+    assert "settings of rewards differed from its definition and were restored" in caplog.text
     assert _shown(ch_db.client) == expected
     assert migrate(ch_db.client).settings_restored == []
 

@@ -19,6 +19,7 @@ released migration is never edited.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ from rewardflow.clickhouse.views import ALL_VIEWS, REWARDS_DAILY, REWARDS_LATEST
 _LATER = frozenset({REWARD_SPECS.name, SCHEMA_MIGRATIONS.name, INGEST_KEYS.name, CHECKPOINTS.name})
 _LATER_VIEWS = frozenset({REWARDS_LINEAGE.name})
 _TABLE_ALREADY_EXISTS = 57
+log = logging.getLogger("rewardflow.clickhouse")
 
 
 # The table settings of by_seq as migrations 5 and 9 set them (released statements never change).
@@ -223,9 +225,10 @@ def _create_current(client: Client, events_ttl_days: int) -> bool:
 
 def _reconcile_settings(client: Client) -> list[str]:
     """Give each table whose settings differ from its definition's (``TableDef.table_settings``) those
-    settings; the names of the tables changed. Every migration run in full leaves none to change, but two
-    runs at once can interleave so that one that died midway left an earlier migration's value of a
-    setting after the other recorded the later migration that changes it."""
+    settings, with a warning; the names of the tables changed. Every migration run in full leaves none to
+    change, but two runs at once can interleave so that one that died midway left an earlier migration's
+    value of a setting after the other recorded the later migration that changes it, and a setting changed
+    by hand differs too."""
     shown = {str(name): str(query) for name, query in client.query(
         "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase()").result_rows}
     changed = []
@@ -235,6 +238,7 @@ def _reconcile_settings(client: Client) -> list[str]:
         if wanted and any(f"{k} = {setting_value(v)}" not in query for k, v in wanted.items()):
             client.command(modify_settings(t, wanted))
             changed.append(t.name)
+            log.warning("settings of %s differed from its definition and were restored", t.name)
     return changed
 
 
