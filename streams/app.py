@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from typing import Any, cast
 
@@ -60,10 +59,11 @@ from rewardflow.rewards.registry import active_specs
 from rewardflow.events.wire import record_format
 from rewardflow.settings import Settings, tick_key
 from rewardflow_streams import bulk
-from rewardflow_streams.commits import CommitLedger, group_offsets, install_unique_acks, log_starts
+from rewardflow_streams.commits import CommitLedger, install_unique_acks
 from rewardflow_streams.credentials import faust_credentials
 from rewardflow_streams.faults import Faults
 from rewardflow_streams.gaps import GapGuard
+from rewardflow_streams.lookups import BrokerLookups
 from rewardflow_streams.metrics import Tally, WorkerMetrics
 from rewardflow_streams.recovery import unrestored
 from rewardflow_streams.sender import OutputSender, SendFailed
@@ -153,12 +153,9 @@ class JoinWorker:
         self.store = TableStore(self.table, self.sender, max_bytes=changelog_max - 4096,
                                 decoded_cache=settings.worker_state_cache,
                                 decoded_cache_bytes=settings.worker_state_cache_mb << 20)
-        self._gaps = GapGuard(self.app, self.metrics, self._broker_committed, self._broker_log_starts,
+        self.lookups = BrokerLookups(settings.kafka_client_config(), self.app.conf.id, self.raw_topic.get_topic_name())
+        self._gaps = GapGuard(self.app, self.metrics, self.lookups.committed, self.lookups.log_starts,
                               settings.kafka_client_config())
-        self._admin_: Any = None
-        self._offsets_reader: Any = None  # a Consumer of the group that never subscribes (_broker_committed)
-        self._admin_lock = threading.Lock()  # the offset lookups run in threads (GapGuard)
-        self._reader_lock = threading.Lock()
         self._assigned_at = 0
         self._woken: set[int] = set()
         self.faults = Faults.from_env()  # fault hooks of the tests (none unless RF_FAULT_* is set)
@@ -172,7 +169,7 @@ class JoinWorker:
         install_unique_acks(self.app.consumer)
         self.app.timer(interval=max(0.2, settings.idle_timeout_s / 2))(self._idle_ticks)
         self.watch = WorkerWatch(self.app, settings, self.metrics, self.raw_topic.get_topic_name(),
-                                 self._broker_committed, self._admin, self._outputs_state)
+                                 self.lookups.committed, self.lookups.admin, self._outputs_state)
         self._unrestored: set[int] = set()  # raw partitions assigned without their changelog partition
         self.stops = CommitStops(lambda: self.app.consumer, self._committed, self._current, self.metrics)
         self._watching: asyncio.Task[None] | None = None
@@ -349,45 +346,9 @@ class JoinWorker:
         known = [c for c in (self._gaps.start_offset(partition), ledger.confirmed.get(tp)) if c is not None]
         return max(known) if known else None
 
-    def _broker_committed(self, tps: list[Any]) -> dict[Any, int | None]:
-        """The worker group's committed offsets of ``tps`` (:func:`~rewardflow_streams.commits.group_offsets`)."""
-        with self._reader_lock:  # (one request at a time on it; up to 10 s when the coordinator is away)
-            if self._offsets_reader is None:
-                from confluent_kafka import Consumer
-
-                self._offsets_reader = Consumer({**self.settings.kafka_client_config(), "group.id": self.app.conf.id,
-                                                 "enable.auto.commit": False, "enable.auto.offset.store": False})
-            return group_offsets(self._offsets_reader, tps)
-
     def close_clients(self) -> None:
         """Close the Kafka clients this worker made itself (the group's offsets reader); after the app stopped."""
-        with self._reader_lock:
-            reader, self._offsets_reader = self._offsets_reader, None
-        if reader is not None:
-            reader.close()
-
-    def _broker_log_starts(self, tps: list[Any]) -> dict[Any, int | None]:
-        """The first offset each of ``tps`` still holds (:func:`~rewardflow_streams.commits.log_starts`)."""
-        return log_starts(self._admin(), tps)
-
-    def _admin(self) -> Any:
-        """The worker's confluent-kafka AdminClient (made at the first call, from any thread).
-
-        Made with the raw topic's metadata read first: a fresh client's first ``list_offsets``
-        otherwise waited 3 s for it, in about one call of three (against 1-3 ms). Blocks up to 10 s
-        for that read; when it fails, the client is kept and the read is left to its first request.
-        """
-        from confluent_kafka.admin import AdminClient
-
-        with self._admin_lock:
-            if self._admin_ is None:
-                admin = AdminClient(self.settings.kafka_client_config())
-                try:
-                    admin.list_topics(self.raw_topic.get_topic_name(), timeout=10)
-                except Exception:  # noqa: BLE001 - only slower: each request reads the metadata it needs
-                    log.warning("cannot read the raw topic's metadata for the admin client", exc_info=True)
-                self._admin_ = admin
-            return self._admin_
+        self.lookups.close()
 
     @property
     def exit_code(self) -> int:
