@@ -409,7 +409,7 @@ class PartitionProcessor:
             book.add(r)
         for rid in finalised:
             self._open_served.pop((st.key, rid))
-        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, self.book.min_closed_through(), seen_wm=self._prune_wm,
+        st.prune(wm, cfg.dedup_ms, cfg.keep_done_ms, book.min_closed_through(), seen_wm=self._prune_wm,
                  keep_offset=self._keep_offset, offset=offset)
         if self._until_commit and st.held and st.held_reaches(cfg.max_session_turns, cfg.max_session_events):
             self._commit_needed = True  # (process_batch stops after this record)
